@@ -1,0 +1,57 @@
+"""dni_lab: Deep Neural Inspection for PyTorch models.
+
+>>> import dni_lab as dl
+>>> frame = dl.inspect(models=[model], hypotheses=[keyword], measures=["corr"],
+...                    data=records, units=[("lstm", "*")])            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from .backend.api import inspect
+from .backend.cache import HypothesisCache
+from .backend.engine import Progress
+from .backend.errors import (
+    BehaviorError,
+    CancelledError,
+    DNIError,
+    HypothesisError,
+    LayerError,
+    MeasureError,
+)
+from .backend.frames import export, read_params
+from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypothesis_family
+from .backend.measures import Measure, MeasureResult, get_measure
+from .backend.models import Model
+from .backend.run import Run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BehaviorError",
+    "CancelledError",
+    "DNIError",
+    "Hypothesis",
+    "HypothesisCache",
+    "HypothesisError",
+    "HypothesisFamily",
+    "LayerError",
+    "Measure",
+    "MeasureError",
+    "MeasureResult",
+    "Model",
+    "Progress",
+    "Run",
+    "export",
+    "get_measure",
+    "hypothesis",
+    "hypothesis_family",
+    "inspect",
+    "read_params",
+]
+
+
+def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPython
+    """``%load_ext dni_lab`` registers the ``%%inspect`` magic."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)

@@ -1,0 +1,1 @@
+"""Everything that computes. Nothing here imports widgets."""

@@ -1,0 +1,96 @@
+"""``dl.inspect``: the one call that runs a Deep Neural Inspection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import polars as pl
+import torch
+
+from .cache import HypothesisCache
+from .engine import Inspection
+from .run import Run, start_run
+
+
+def inspect(
+    models: Any,
+    hypotheses: Any,
+    measures: Any = ("corr",),
+    data: Iterable[Any] = (),
+    units: Any = None,
+    eps: float | None = 0.025,
+    confidence: float = 0.95,
+    block_size: int = 512,
+    device: str | torch.device = "auto",
+    behavior: str | Callable = "activation",
+    cache: HypothesisCache | str | bool | None = None,
+    background: bool = False,
+    on_block: Callable[[Any], None] | None = None,
+    max_records: int | None = None,
+) -> pl.DataFrame | Run:
+    """Score how well hidden units match hypotheses.
+
+    Parameters
+    ----------
+    models : Model or list of Model
+        One or many models (checkpoints, epochs, an untrained copy); they need not
+        share an architecture.
+    hypotheses : list
+        Functions ``record -> one value per symbol``, :func:`dl.hypothesis` objects
+        and hypothesis families.
+    measures : list
+        Names (``"corr"``, ``"logreg"``, ``"ridge"``, ``"mi"``, ``"diffmeans"``,
+        ``"iou"``, ``"local_iou"``), Measure objects, or functions ``f(u, h)``.
+    data : iterable
+        Records (strings, token lists, image arrays); a generator works.
+    units : list, optional
+        ``[(layer, "*" | [indices]), ...]``; a layer is an address (see
+        ``Model.addresses``) or a 0-based position among layers with parameters.
+        Each entry is a unit group for joint measures; an entry may itself be a
+        list of pairs to group units of several layers. Default: every layer with
+        parameters, one group each.
+    eps : float or None
+        Early stopping: a pair stops once its error is ≤ eps; reading stops when
+        all pairs have. ``None`` reads every record.
+    confidence : float
+        Confidence level of the error intervals.
+    block_size : int
+        Records per block.
+    device : str
+        ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
+    behavior : {"activation", "gradient"} or callable
+        What a unit does at a symbol; a callable maps activations ``(R, T, D)`` and
+        the records to a tensor of the same shape.
+    cache : HypothesisCache, path, bool or None
+        Hypothesis-behavior cache; None uses the process-wide default (memory and
+        ``~/.cache/dni_lab``), False disables it.
+    background : bool
+        Return a :class:`Run` handle at once instead of the frame.
+    on_block : callable, optional
+        Called after every block with the run (background) or the inspection.
+    max_records : int, optional
+        Read at most this many records.
+
+    Returns
+    -------
+    polars.DataFrame or Run
+        The score frame: one row per (model, unit, hypothesis, measure).
+    """
+    insp = Inspection(
+        models,
+        hypotheses,
+        measures,
+        data,
+        units=units,
+        eps=eps,
+        confidence=confidence,
+        block_size=block_size,
+        device=device,
+        behavior=behavior,
+        cache=cache,
+        max_records=max_records,
+    )
+    if background:
+        return start_run(insp, [on_block] if on_block else [])
+    return insp.run(on_block=on_block)

@@ -1,0 +1,318 @@
+"""Unit behaviors per block of records, on the chosen device.
+
+The extractor runs ``encode`` and the module once per block with hooks on the
+requested addresses, turns every captured output into ``(R, T, D)`` where
+position ``t`` is symbol ``t`` (recurrent layers replayed layer by layer,
+convolutional maps resized to the input and flattened to pixels), and applies
+the requested behavior: the activation, its gradient with respect to the input,
+or a user function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import BehaviorError, LayerError
+from .models import Model
+
+Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when present, then Apple's MPS, else the CPU."""
+    if device is None or device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    return torch.device(device)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move a tensor, or the tensors of a tuple/list/dict, to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+@contextlib.contextmanager
+def on_device(model: Model, device: torch.device):
+    """Move the module to ``device`` in eval mode; restore device and mode on exit."""
+    mod = model.module
+    was_training = mod.training
+    params = list(mod.parameters()) + list(mod.buffers())
+    home = params[0].device if params else device
+    mod.to(device).eval()
+    try:
+        yield
+    finally:
+        mod.to(home).train(was_training)
+
+
+def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:
+    """``(R, T)`` bool mask of real symbols, T the block's longest record."""
+    n = torch.as_tensor([model.symbols(r) for r in records], device=device)
+    T = int(n.max()) if len(n) else 0
+    return torch.arange(T, device=device)[None, :] < n[:, None]
+
+
+class Extractor:
+    """Extract behaviors of one model, block after block.
+
+    Parameters
+    ----------
+    model : Model
+    plan : dict
+        ``{address: indices or None}``; ``None`` keeps every unit of the layer.
+    behavior : {"activation", "gradient"} or callable
+    device : torch.device
+    """
+
+    def __init__(
+        self, model: Model, plan: dict[str, Any], behavior: Behavior, device: torch.device
+    ):
+        self.model, self.plan, self.behavior, self.device = model, plan, behavior, device
+        self._replicas: dict[tuple[int, int], nn.Module] = {}
+        if not (behavior in ("activation", "gradient") or callable(behavior)):
+            raise BehaviorError(
+                f"unknown behavior {behavior!r}; use 'activation', 'gradient' or a function "
+                "(activations (R, T, D), records) -> tensor of the same shape."
+            )
+
+    def __call__(self, records: list[Any], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Behaviors of the planned units: ``{address: (R, T, n_selected)}`` float32."""
+        grad = self.behavior == "gradient"
+        ctx = torch.enable_grad() if grad else torch.inference_mode()
+        with ctx:
+            batch = to_device(self.model.encode(list(records)), self.device)
+            leaf = None
+            with contextlib.ExitStack() as stack:
+                if grad:
+                    batch, leaf = _input_leaf(self.model, batch, stack)
+                store = stack.enter_context(self.model.capture(list(self.plan)))
+                self.model.forward(batch)
+            out = {}
+            for addr, idx in self.plan.items():
+                act = self._symbols(addr, store, records, mask.shape[1])
+                if idx is not None:
+                    act = act[..., idx]
+                if grad:
+                    act = _gradient(act, leaf, mask, records)
+                elif callable(self.behavior):
+                    act = _apply(self.behavior, act, records, addr)
+                out[addr] = _check_finite(act.detach().float(), self.model, addr, mask)
+        return out
+
+    def _symbols(self, addr: str, store: dict, records: list[Any], T: int) -> torch.Tensor:
+        raw = store.get(addr)
+        if raw is None:
+            raise LayerError(
+                f"layer {addr!r} of model {self.model.name!r} did not run in the forward pass; "
+                "pick a layer that the module calls."
+            )
+        if isinstance(raw, tuple) and raw and raw[0] == "rnn":
+            t = self._replay(addr, *raw[1:])
+        else:
+            t = raw
+            mod = self.model._module(addr)
+            if isinstance(mod, nn.RNNBase) and not mod.batch_first and t.dim() == 3:
+                t = t.transpose(0, 1)
+        return _as_symbols(t, records, T, addr, self.model)
+
+    def _replay(self, addr: str, mod: nn.RNNBase, x: torch.Tensor, hx: Any) -> torch.Tensor:
+        """Recompute stacked layer ``k`` (and its cell state) from the captured input."""
+        _, k, cell = self.model.split_address(addr)
+        k = mod.num_layers - 1 if k == -1 else k
+        dirs = 2 if mod.bidirectional else 1
+        for j in range(k + 1):
+            layer = self._layer(mod, j)
+            h0 = _slice_hx(hx, j, dirs)
+            if j < k or not cell:
+                x, _ = layer(x, h0)
+                continue
+            if dirs == 2:
+                raise LayerError(f"cell states of bidirectional layer {addr!r} are not supported.")
+            return _cells(layer, x, h0)
+        return x if mod.batch_first else x.transpose(0, 1)
+
+    def _layer(self, mod: nn.RNNBase, j: int) -> nn.RNNBase:
+        key = (id(mod), j)
+        if key not in self._replicas:
+            insize = mod.input_size if j == 0 else mod.hidden_size * (2 if mod.bidirectional else 1)
+            kw = dict(batch_first=mod.batch_first, bidirectional=mod.bidirectional, bias=mod.bias)
+            if isinstance(mod, nn.RNN):
+                kw["nonlinearity"] = mod.nonlinearity
+            rep = type(mod)(insize, mod.hidden_size, num_layers=1, **kw)
+            state = {}
+            for name in rep.state_dict():
+                state[name] = getattr(mod, name.replace("_l0", f"_l{j}"))
+            rep.load_state_dict(state)
+            self._replicas[key] = rep.to(x_device(mod)).eval()
+        return self._replicas[key]
+
+
+def x_device(mod: nn.Module) -> torch.device:
+    return next(mod.parameters()).device
+
+
+def _slice_hx(hx: Any, j: int, dirs: int) -> Any:
+    if hx is None:
+        return None
+    if isinstance(hx, tuple):
+        return tuple(h[j * dirs : (j + 1) * dirs] for h in hx)
+    return hx[j * dirs : (j + 1) * dirs]
+
+
+def _cells(layer: nn.LSTM, x: torch.Tensor, h0: Any) -> torch.Tensor:
+    """Cell state at every time step: step the single-layer LSTM one position at a time."""
+    tdim = 1 if layer.batch_first else 0
+    state = h0
+    cells = []
+    for t in range(x.shape[tdim]):
+        xt = x.narrow(tdim, t, 1)
+        _, state = layer(xt, state)
+        cells.append(state[1][0])  # (B, H) for one direction
+    return torch.stack(cells, dim=1)
+
+
+def _as_symbols(
+    t: torch.Tensor, records: list[Any], T: int, addr: str, model: Model
+) -> torch.Tensor:
+    """Normalize a layer output to ``(R, T, D)`` with position t = symbol t."""
+    if t.dim() == 4:  # (R, C, h, w) convolutional map: a symbol is a pixel
+        shape = getattr(records[0], "shape", None)
+        if shape is None or len(shape) < 2:
+            raise LayerError(f"layer {addr!r} outputs a 2-D map but the records are not images.")
+        H, W = int(shape[-2]), int(shape[-1])
+        if t.shape[-2:] != (H, W):
+            if not model.resize:
+                raise LayerError(
+                    f"layer {addr!r} outputs maps of {tuple(t.shape[-2:])}, the input is {(H, W)}; "
+                    "use Model(..., resize=True) to resize maps to the input."
+                )
+            t = F.interpolate(t.float(), size=(H, W), mode="bilinear", align_corners=False)
+        t = t.flatten(2).transpose(1, 2)
+    elif t.dim() == 2:
+        t = t[:, None, :]
+    elif t.dim() != 3:
+        raise LayerError(
+            f"layer {addr!r} outputs shape {tuple(t.shape)}; dni_lab reads (R, T, D) sequences, "
+            "(R, C, H, W) maps and (R, D) vectors."
+        )
+    if t.shape[0] != len(records):
+        raise LayerError(
+            f"layer {addr!r} returned {t.shape[0]} rows for {len(records)} records; if it is "
+            "time-major, use batch_first or a module that returns (R, T, D)."
+        )
+    if t.shape[1] < T:
+        raise LayerError(
+            f"layer {addr!r} of model {model.name!r} has {t.shape[1]} positions but a record has "
+            f"{T} symbols; make encode() emit one position per symbol or pass Model(symbols=...)."
+        )
+    return t[:, :T]
+
+
+def _input_leaf(model: Model, batch: Any, stack: contextlib.ExitStack) -> tuple[Any, list]:
+    """Make the input differentiable: the first embedding's output, else the float input."""
+    leaf: list[torch.Tensor] = []
+    emb = next((m for m in model.module.modules() if isinstance(m, nn.Embedding)), None)
+    if emb is not None:
+
+        def hook(_m, _i, out):
+            out = out.detach().requires_grad_(True)
+            leaf.append(out)
+            return out
+
+        stack.callback(emb.register_forward_hook(hook).remove)
+        return batch, leaf
+    if isinstance(batch, torch.Tensor) and batch.is_floating_point():
+        batch = batch.detach().requires_grad_(True)
+        leaf.append(batch)
+        return batch, leaf
+    raise BehaviorError(
+        f"model {model.name!r}: behavior='gradient' needs an nn.Embedding or a float input "
+        "tensor to differentiate with respect to."
+    )
+
+
+def _gradient(act: torch.Tensor, leaf: list, mask: torch.Tensor, records: list) -> torch.Tensor:
+    """Per unit u and symbol t: size of ∂(Σ_t' a_u(t')) / ∂x_t, the input at symbol t."""
+    x = leaf[0]
+    m = mask[..., None].to(act.dtype)
+    cols = []
+    for u in range(act.shape[-1]):
+        (g,) = torch.autograd.grad((act[..., u : u + 1] * m).sum(), x, retain_graph=True)
+        if g.dim() == 4:  # image input (R, C, H, W): sum over channels per pixel
+            g = g.abs().sum(1).flatten(1)
+        else:  # embedded tokens (R, T, E): L2 norm over the embedding
+            g = g.norm(dim=-1)
+        cols.append(g[:, : mask.shape[1]])
+    return torch.stack(cols, dim=-1) if cols else act.detach()
+
+
+def _apply(fn: Callable, act: torch.Tensor, records: list, addr: str) -> torch.Tensor:
+    out = torch.as_tensor(fn(act, records))
+    if out.shape != act.shape:
+        raise BehaviorError(
+            f"behavior function {getattr(fn, '__name__', fn)!r} returned shape {tuple(out.shape)} "
+            f"for layer {addr!r}; expected {tuple(act.shape)} (records, symbols, units)."
+        )
+    return out
+
+
+def _check_finite(act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor) -> torch.Tensor:
+    bad = ~torch.isfinite(act) & mask[..., None]
+    if bool(bad.any()):
+        r, t, u = (int(i) for i in torch.nonzero(bad)[0])
+        raise BehaviorError(
+            f"model {model.name!r}, layer {addr!r}: NaN or inf behavior at unit {u}, symbol {t} "
+            f"of record {r} of the block; check the model's weights and inputs "
+            "(e.g. torch.isfinite on its parameters)."
+        )
+    return act.masked_fill(~mask[..., None], 0.0)
+
+
+def layer_widths(model: Model, sample: list[Any], device: torch.device) -> dict[str, int]:
+    """Width of every address of ``model`` from one probe forward pass on ``sample``."""
+    widths: dict[str, int] = {}
+    plain = [a for a in model.layers]
+    with torch.inference_mode(), model.capture(plain) as store:
+        model.forward(to_device(model.encode(list(sample)), device))
+    for addr in model.addresses:
+        base, k, cell = Model.split_address(addr)
+        if k is not None:
+            mod = model._module(base)
+            widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
+        elif addr in store:
+            t = store[addr]
+            widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
+    return widths
+
+
+def as_indices(sel: Any, width: int, addr: str, model_name: str) -> np.ndarray:
+    """Normalize ``"*"``, an int or a list of ints into validated unit indices."""
+    if isinstance(sel, str) and sel == "*":
+        return np.arange(width)
+    idx = np.atleast_1d(np.asarray(sel))
+    if idx.dtype.kind not in "iu":
+        raise LayerError(f"units of layer {addr!r} must be '*' or integer indices, got {sel!r}.")
+    bad = idx[(idx < 0) | (idx >= width)]
+    if len(bad):
+        raise LayerError(
+            f"layer {addr!r} of model {model_name!r} has {width} units (0..{width - 1}); "
+            f"unit index {int(bad[0])} is out of range."
+        )
+    return idx.astype(np.int64)

@@ -1,0 +1,359 @@
+"""Hypotheses and hypothesis families, their fingerprints and their alignment to symbols.
+
+A *hypothesis* maps one record to one value per symbol. A *hypothesis family*
+maps one record to many named signals at once, so an expensive pass (a parse,
+an FSM run) serves every signal. Internally everything is a family: a plain
+hypothesis is a family of one signal.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import HypothesisError
+from .fingerprint import callable_fingerprint, source_of, stable_repr
+from .measures.base import KINDS, HypothesisInfo
+
+
+class HypothesisFamily:
+    """Many named signals computed from one pass over a record.
+
+    Subclass and implement :meth:`evaluate`, or wrap a function with
+    :func:`hypothesis_family`. Constructors store parameters only; the
+    parameters enter the cache fingerprint through :meth:`get_params`.
+
+    Attributes
+    ----------
+    name : str
+        Family name; signal ids are ``"{name}.{signal}"`` unless the family has
+        a single signal whose name equals the family's.
+    kind : str or dict
+        One kind for all signals or a ``{signal: kind}`` mapping.
+    """
+
+    name: str = "family"
+    kind: str | Mapping[str, str] = "binary"
+    categories: Mapping[str, int] | None = None
+
+    def signals(self) -> list[str]:
+        """Names of the signals, known before any record is read."""
+        raise NotImplementedError
+
+    def evaluate(self, record: Any) -> Mapping[str, Sequence[float]] | np.ndarray:
+        """Signals of one record: a mapping name → values, or an array ``(n_symbols, n_signals)``."""
+        raise NotImplementedError
+
+    def get_params(self) -> dict[str, Any]:
+        """Parameters that change the family's output (part of its fingerprint)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    # -- derived -----------------------------------------------------------------
+    def hids(self) -> list[str]:
+        """Hypothesis ids, one per signal, as they appear in the score frame."""
+        sigs = self.signals()
+        if len(sigs) == 1 and sigs[0] == self.name:
+            return [self.name]
+        return [f"{self.name}.{s}" for s in sigs]
+
+    def kind_of(self, signal: str) -> str:
+        k = self.kind if isinstance(self.kind, str) else self.kind.get(signal, "continuous")
+        if k not in KINDS:
+            raise HypothesisError(
+                f"hypothesis {self.name!r} declares kind {k!r} for signal {signal!r}; "
+                f"use one of {KINDS}."
+            )
+        return k
+
+    def info(self) -> list[HypothesisInfo]:
+        cats = self.categories or {}
+        return [
+            HypothesisInfo(hid, self.kind_of(sig), cats.get(sig))
+            for hid, sig in zip(self.hids(), self.signals())
+        ]
+
+    def fingerprint(self) -> str:
+        """Stable hash of what determines the output: class, source and parameters."""
+        h = hashlib.sha256()
+        cls = type(self)
+        h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
+        h.update(source_of(cls).encode())
+        h.update(stable_repr(self.get_params()).encode())
+        return h.hexdigest()[:24]
+
+    def __call__(self, record: Any) -> Mapping[str, Sequence[float]] | np.ndarray:
+        return self.evaluate(record)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}: {len(self.signals())} signals>"
+
+
+class Hypothesis(HypothesisFamily):
+    """One function ``record -> one value per symbol``, with a name and a kind."""
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Sequence[float]],
+        name: str | None = None,
+        kind: str = "binary",
+        categories: int | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise HypothesisError(
+                f"hypothesis {fn!r} is not callable; pass a function record -> values."
+            )
+        self.fn = fn
+        self.name = name or _callable_name(fn)
+        self.kind = kind
+        self.categories = {self.name: categories} if categories is not None else None
+        functools.update_wrapper(self, fn, updated=())
+        self.kind_of(self.name)
+
+    def signals(self) -> list[str]:
+        return [self.name]
+
+    def evaluate(self, record: Any) -> dict[str, Sequence[float]]:
+        return {self.name: self.fn(record)}
+
+    def get_params(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "categories": self.categories}
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(super().fingerprint().encode())
+        h.update(callable_fingerprint(self.fn).encode())
+        return h.hexdigest()[:24]
+
+    def __call__(self, record: Any) -> Sequence[float]:
+        return self.fn(record)
+
+    def __repr__(self) -> str:
+        return f"<Hypothesis {self.name!r} ({self.kind})>"
+
+
+class FunctionFamily(HypothesisFamily):
+    """A family from a function ``record -> {signal: values}`` with declared signal names."""
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Mapping[str, Sequence[float]] | np.ndarray],
+        signals: Sequence[str],
+        name: str | None = None,
+        kind: str | Mapping[str, str] = "binary",
+        categories: Mapping[str, int] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.signal_names = list(signals)
+        self.name = name or _callable_name(fn)
+        self.kind = kind
+        self.categories = dict(categories) if categories else None
+        for s in self.signal_names:
+            self.kind_of(s)
+
+    def signals(self) -> list[str]:
+        return list(self.signal_names)
+
+    def evaluate(self, record: Any) -> Mapping[str, Sequence[float]] | np.ndarray:
+        return self.fn(record)
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "signals": self.signal_names,
+            "name": self.name,
+            "kind": self.kind,
+            "categories": self.categories,
+        }
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(super().fingerprint().encode())
+        h.update(callable_fingerprint(self.fn).encode())
+        return h.hexdigest()[:24]
+
+
+def hypothesis(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    kind: str = "binary",
+    categories: int | None = None,
+) -> Any:
+    """Declare a hypothesis: ``record -> one value per symbol``.
+
+    Usable bare (``@dl.hypothesis``) or with arguments
+    (``@dl.hypothesis(kind="continuous")``). Plain callables work without it;
+    the decorator adds a name, a kind and (for categorical signals) the number
+    of categories.
+
+    Examples
+    --------
+    >>> @hypothesis(kind="binary")
+    ... def is_digit(record):
+    ...     return [c.isdigit() for c in record]
+    >>> is_digit("a1")
+    [False, True]
+    """
+    if fn is not None:
+        return Hypothesis(fn, name=name, kind=kind, categories=categories)
+    return lambda f: Hypothesis(f, name=name, kind=kind, categories=categories)
+
+
+def hypothesis_family(
+    *,
+    signals: Sequence[str],
+    name: str | None = None,
+    kind: str | Mapping[str, str] = "binary",
+    categories: Mapping[str, int] | None = None,
+) -> Callable[[Callable], FunctionFamily]:
+    """Declare a family: ``record -> {signal: values}`` (one expensive pass, many signals)."""
+    return lambda f: FunctionFamily(f, signals, name=name, kind=kind, categories=categories)
+
+
+def as_family(obj: Any) -> HypothesisFamily:
+    """Turn a hypothesis, family or plain callable into a :class:`HypothesisFamily`."""
+    if isinstance(obj, HypothesisFamily):
+        return obj
+    if callable(obj):
+        return Hypothesis(obj, kind="continuous" if _looks_continuous(obj) else "binary")
+    raise HypothesisError(
+        f"{obj!r} is not a hypothesis: pass a function record -> values, a dl.hypothesis, "
+        "or a HypothesisFamily."
+    )
+
+
+def evaluate_family(
+    family: HypothesisFamily, record: Any, n_symbols: int, record_index: int
+) -> np.ndarray:
+    """Run ``family`` on one record and validate: returns float32 ``(n_symbols, n_signals)``.
+
+    Raises
+    ------
+    HypothesisError
+        On wrong length, non-numeric values, NaN/inf, or missing/unknown signals;
+        the message names the hypothesis, the record index and both lengths.
+    """
+    sigs = family.signals()
+    try:
+        out = family.evaluate(record)
+    except HypothesisError:
+        raise
+    except Exception as exc:
+        raise HypothesisError(
+            f"hypothesis {family.name!r} raised {type(exc).__name__} on record {record_index}: "
+            f"{exc}"
+        ) from exc
+    if isinstance(out, Mapping):
+        missing = [s for s in sigs if s not in out]
+        if missing:
+            raise HypothesisError(
+                f"hypothesis family {family.name!r} returned no values for signals {missing} "
+                f"on record {record_index}; its signals() are {sigs}."
+            )
+        cols = [_as_vector(family, s, out[s], n_symbols, record_index) for s in sigs]
+        return np.stack(cols, axis=1) if cols else np.zeros((n_symbols, 0), np.float32)
+    arr = _numeric(family, family.name, out, record_index)
+    if arr.ndim == 1 and len(sigs) == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[1] != len(sigs):
+        raise HypothesisError(
+            f"hypothesis {family.name!r} returned shape {arr.shape} on record {record_index}; "
+            f"expected ({n_symbols}, {len(sigs)}): one row per symbol, one column per signal."
+        )
+    _check_values(family, family.name, arr, n_symbols, record_index)
+    return arr
+
+
+def _as_vector(fam: HypothesisFamily, sig: str, values: Any, n: int, idx: int) -> np.ndarray:
+    label = fam.name if sig == fam.name else f"{fam.name}.{sig}"
+    arr = _numeric(fam, label, values, idx)
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1) if arr.size == n else arr
+    if arr.ndim != 1:
+        raise HypothesisError(
+            f"hypothesis {label!r} returned an array of shape {arr.shape} on record {idx}; "
+            f"expected {n} values, one per symbol."
+        )
+    _check_values(fam, label, arr, n, idx)
+    return arr
+
+
+def _numeric(fam: HypothesisFamily, label: str, values: Any, idx: int) -> np.ndarray:
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        sample = repr(values)[:60]
+        raise HypothesisError(
+            f"hypothesis {label!r} returned non-numeric values on record {idx} ({sample}); "
+            "return numbers or booleans, one per symbol."
+        ) from exc
+    return arr
+
+
+def _check_values(fam: HypothesisFamily, label: str, arr: np.ndarray, n: int, idx: int) -> None:
+    if arr.shape[0] != n:
+        raise HypothesisError(
+            f"hypothesis {label!r} returned {arr.shape[0]} values for record {idx}, "
+            f"which has {n} symbols; return exactly one value per symbol."
+        )
+    if not np.isfinite(arr).all():
+        bad = int(np.argwhere(~np.isfinite(arr))[0][0])
+        raise HypothesisError(
+            f"hypothesis {label!r} returned NaN or inf at symbol {bad} of record {idx}; "
+            "hypothesis values must be finite."
+        )
+
+
+def _callable_name(fn: Callable) -> str:
+    if isinstance(fn, functools.partial):
+        return _callable_name(fn.func)
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _looks_continuous(fn: Callable) -> bool:
+    return getattr(fn, "kind", None) == "continuous"
+
+
+def hypothesis_block(
+    families: list[HypothesisFamily],
+    records: list[Any],
+    n_symbols: list[int],
+    first_index: int,
+    cache: Any,
+) -> np.ndarray:
+    """Hypothesis behaviors of a block: float32 ``(R, T, n_signals)``, zero-padded.
+
+    Each family is looked up in ``cache`` (a :class:`~.cache.HypothesisCache` or
+    None) by its fingerprint and the block's content hash; missing entries are
+    computed record by record and validated.
+    """
+    from .cache import block_key
+
+    R, T = len(records), max(n_symbols, default=0)
+    offsets = np.concatenate([[0], np.cumsum(n_symbols)])
+    key = block_key(records) if cache is not None else ""
+    cols = []
+    for fam in families:
+        fp = fam.fingerprint() if cache is not None else ""
+        flat = cache.get(fp, key) if cache is not None else None
+        n_sig = len(fam.signals())
+        if flat is None or flat.shape != (offsets[-1], n_sig):
+            parts = [
+                evaluate_family(fam, rec, n, first_index + i)
+                for i, (rec, n) in enumerate(zip(records, n_symbols, strict=True))
+            ]
+            flat = np.concatenate(parts) if parts else np.zeros((0, n_sig), np.float32)
+            if cache is not None:
+                cache.put(fp, key, flat)
+        cols.append(flat)
+    flat = np.concatenate(cols, axis=1) if cols else np.zeros((offsets[-1], 0), np.float32)
+    out = np.zeros((R, T, flat.shape[1]), dtype=np.float32)
+    rows = np.repeat(np.arange(R), n_symbols)
+    pos = np.arange(offsets[-1]) - np.repeat(offsets[:-1], n_symbols)
+    out[rows, pos] = flat
+    return out

@@ -1,0 +1,145 @@
+"""The Measure protocol: a mergeable accumulator of unit/hypothesis affinity.
+
+A block is three aligned tensors on the run's device:
+
+* ``U`` — unit behaviors, shape ``(R, T, n_units)``, float32;
+* ``H`` — hypothesis behaviors, shape ``(R, T, n_hyps)``, float32;
+* ``mask`` — ``(R, T)`` bool, True on real symbols, False on padding.
+
+``R`` records, padded to ``T`` symbols. Padding must never reach a statistic.
+Measures that need independent units of observation (folds, effective sample
+sizes) use the record axis; the rest flatten ``U[mask]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+KINDS = ("binary", "continuous", "categorical")
+
+
+@dataclass(frozen=True)
+class HypothesisInfo:
+    """What a measure may know about one hypothesis column.
+
+    Parameters
+    ----------
+    name : str
+        The hypothesis id (``hid``) shown in the score frame.
+    kind : {"binary", "continuous", "categorical"}
+        Binary signals are 0/1; categorical signals hold integer codes.
+    n_categories : int or None
+        Number of categories of a categorical hypothesis (codes ``0..n-1``).
+    """
+
+    name: str
+    kind: str = "continuous"
+    n_categories: int | None = None
+
+
+@dataclass
+class MeasureResult:
+    """Scores of one measure state.
+
+    Every array has shape ``(n_units, n_hyps)``. Joint measures broadcast their
+    group score and error over the group's units. ``reason`` holds why a score
+    is null (``None`` where the score is defined); null scores are NaN here and
+    become nulls in the score frame.
+    """
+
+    unit_score: np.ndarray
+    group_score: np.ndarray
+    err: np.ndarray
+    reason: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        shape = self.unit_score.shape
+        if self.reason is None:
+            self.reason = np.full(shape, None, dtype=object)
+        for name in ("group_score", "err", "reason"):
+            arr = getattr(self, name)
+            if arr.shape != shape:
+                setattr(self, name, np.broadcast_to(arr, shape).copy())
+
+
+class Measure:
+    """Base class and protocol of a measure.
+
+    Subclasses set ``name`` and implement :meth:`start`, :meth:`update`,
+    :meth:`merge` and :meth:`result`. Constructors only store parameters
+    (scikit-learn's contract); all work happens in those methods, and states
+    are plain objects that can be merged across shards, devices or machines.
+
+    Attributes
+    ----------
+    name : str
+        Short name used in the score frame's ``measure`` column.
+    joint : bool
+        True if the measure scores a unit *group* (probes), False if it scores
+        each unit independently.
+    kinds : tuple of str
+        Hypothesis kinds the measure accepts; others get null scores with a reason.
+    has_error : bool
+        Whether :meth:`result` returns an error estimate usable for early stopping.
+    """
+
+    name: str = "measure"
+    joint: bool = False
+    kinds: tuple[str, ...] = KINDS
+    has_error: bool = False
+
+    def start(
+        self,
+        n_units: int,
+        n_hyps: int,
+        device: torch.device | str = "cpu",
+        info: list[HypothesisInfo] | None = None,
+    ) -> Any:
+        """Return an empty state for ``n_units`` units and ``n_hyps`` hypotheses."""
+        raise NotImplementedError
+
+    def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Any:
+        """Fold one block into ``state`` and return the state."""
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """Combine two states as if their blocks had been read by one state."""
+        raise NotImplementedError
+
+    def result(self, state: Any, confidence: float = 0.95) -> MeasureResult:
+        """Scores, group scores, error and null reasons of ``state``."""
+        raise NotImplementedError
+
+    def peek(self, state: Any, confidence: float = 0.95) -> MeasureResult:
+        """Cheap current scores for live tables and convergence checks.
+
+        Defaults to :meth:`result`; measures whose ``result`` is expensive (probes
+        that re-optimize) override it with their current estimate.
+        """
+        return self.result(state, confidence)
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor parameters (used in fingerprints and export metadata)."""
+        return {k: v for k, v in vars(self).items() if not k.endswith("_")}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"
+
+
+def flatten_block(
+    U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the real symbols of a block as two 2-D matrices ``(N, n_units)``, ``(N, n_hyps)``."""
+    return U[mask], H[mask]
+
+
+def kind_mask(info: list[HypothesisInfo] | None, n_hyps: int, kinds: tuple[str, ...]) -> np.ndarray:
+    """Boolean per hypothesis: may a measure accepting ``kinds`` score it?"""
+    if info is None:
+        return np.ones(n_hyps, dtype=bool)
+    return np.array([i.kind in kinds for i in info], dtype=bool)

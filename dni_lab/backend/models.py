@@ -1,0 +1,222 @@
+"""The Model adapter: an ``nn.Module`` plus ``encode``, with named layers and hooks.
+
+Every extractable activation has a stable address (TransformerLens' hook
+points): a module path from ``named_modules()`` (``"lstm"``, ``"blocks.0"``),
+and for recurrent modules one address per stacked layer (``"lstm.l1"``) and,
+for LSTMs, the cell state (``"lstm.l1.cell"``, ``"lstm.cell"`` for the last
+layer). Hooks live only inside :meth:`Model.capture` and are always removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import LayerError, did_you_mean
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_SUB = re.compile(r"^(?P<base>.+?)\.l(?P<k>\d+)(?P<cell>\.cell)?$|^(?P<base2>.+?)\.cell$")
+_ids = itertools.count()
+
+
+def default_symbols(record: Any) -> int:
+    """Symbols of a record: pixels (H·W) of an array with ≥ 2 dims, else ``len(record)``."""
+    shape = getattr(record, "shape", None)
+    if shape is not None and len(shape) >= 2:
+        return int(shape[-1] * shape[-2])
+    return len(record)
+
+
+class Model:
+    """A PyTorch module prepared for inspection.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The trained (or untrained) network.
+    encode : callable
+        ``encode(list_of_records)`` → the module's input batch: a tensor, a tuple of
+        tensors (positional arguments) or a dict of tensors (keyword arguments).
+        Position ``t`` of every sequence output must correspond to symbol ``t``.
+    name : str, optional
+        The model id (``mid``) in score frames; defaults to ``"model{n}"``.
+    symbols : callable, optional
+        ``symbols(record) -> int``; defaults to :func:`default_symbols`.
+    resize : bool
+        Resize convolutional maps to the input's height and width, so a symbol is
+        an input pixel; if False the map must already have the input's size.
+    meta : mapping, optional
+        Metadata shown in the catalog (epoch, architecture, trained, ...).
+
+    Examples
+    --------
+    >>> lstm = nn.LSTM(8, 4, batch_first=True)
+    >>> m = Model(lstm, encode=lambda recs: torch.zeros(len(recs), 3, 8), name="toy")
+    >>> m.layers
+    ['']
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        encode: Callable[[list[Any]], Any] | None = None,
+        name: str | None = None,
+        symbols: Callable[[Any], int] | None = None,
+        resize: bool = True,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"Model needs an nn.Module, got {type(module).__name__}.")
+        self.module = module
+        self.encode = encode if encode is not None else _default_encode
+        self.name = name or f"model{next(_ids)}"
+        self.symbols = symbols or default_symbols
+        self.resize = resize
+        self.meta = dict(meta or {})
+        self._widths: dict[str, int] = {}
+
+    # -- addressing -------------------------------------------------------------
+    @property
+    def layers(self) -> list[str]:
+        """Module addresses, in ``named_modules()`` order (containers left out).
+
+        A module whose only child-free parent is the root is listed under its own
+        name; the root itself is ``""`` when the model is a single leaf module.
+        """
+        names = [n for n, m in self.module.named_modules() if n and not isinstance(m, _CONTAINERS)]
+        return names or [""]
+
+    @property
+    def addresses(self) -> list[str]:
+        """Every extractable address: :attr:`layers` plus recurrent sub-layers and cells."""
+        out: list[str] = []
+        for name in self.layers:
+            out.append(name)
+            mod = self._module(name)
+            if isinstance(mod, nn.RNNBase):
+                prefix = f"{name}." if name else ""
+                out += [f"{prefix}l{k}" for k in range(mod.num_layers)]
+                if isinstance(mod, nn.LSTM):
+                    out += [f"{prefix}l{k}.cell" for k in range(mod.num_layers)] + [f"{prefix}cell"]
+        return out
+
+    def positional_layers(self) -> list[str]:
+        """Layers with parameters of their own, the order positions refer to (0-based)."""
+        own = [
+            n for n in self.layers if any(True for _ in self._module(n).parameters(recurse=False))
+        ]
+        return own or self.layers
+
+    def resolve_layer(self, layer: str | int) -> str:
+        """The address named by ``layer`` (an address or a 0-based position)."""
+        if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
+            pos = self.positional_layers()
+            if not -len(pos) <= int(layer) < len(pos):
+                raise LayerError(
+                    f"model {self.name!r} has {len(pos)} layers with parameters; position "
+                    f"{layer} is out of range. Layers by position: {pos}."
+                )
+            return pos[int(layer)]
+        if layer in self.addresses:
+            return layer
+        raise LayerError(
+            f"model {self.name!r} has no layer {layer!r}.{did_you_mean(layer, self.addresses)} "
+            f"Available layers: {', '.join(repr(a) for a in self.addresses)}."
+        )
+
+    def _module(self, name: str) -> nn.Module:
+        return self.module.get_submodule(name) if name else self.module
+
+    @staticmethod
+    def split_address(address: str) -> tuple[str, int | None, bool]:
+        """``"lstm.l1.cell"`` → (``"lstm"``, 1, True); plain modules → (name, None, False)."""
+        m = _SUB.match(address)
+        if not m:
+            return address, None, False
+        if m.group("base2") is not None:
+            return m.group("base2"), -1, True
+        return m.group("base"), int(m.group("k")), bool(m.group("cell"))
+
+    # -- running ----------------------------------------------------------------
+    def forward(self, batch: Any) -> Any:
+        """Call the module on an encoded batch (tensor, tuple of tensors or dict)."""
+        if isinstance(batch, Mapping):
+            return self.module(**batch)
+        if isinstance(batch, tuple):
+            return self.module(*batch)
+        return self.module(batch)
+
+    @contextlib.contextmanager
+    def capture(self, addresses: Sequence[str]) -> Iterator[dict[str, Any]]:
+        """Install forward hooks for ``addresses``; yields a dict filled by the next forward.
+
+        Values are raw module outputs (first tensor of a tuple); recurrent
+        sub-layers are stored as ``("rnn", module, input, hx)`` for the extractor
+        to replay. Hooks are removed on exit, also on error.
+        """
+        store: dict[str, Any] = {}
+        handles = []
+        try:
+            for addr in addresses:
+                base, k, _cell = self.split_address(addr)
+                if k is None and addr in self.layers:
+                    handles.append(self._module(addr).register_forward_hook(_keep(store, addr)))
+                else:
+                    mod = self._module(base)
+                    handles.append(mod.register_forward_hook(_keep_rnn(store, addr, mod)))
+            yield store
+        finally:
+            for h in handles:
+                h.remove()
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, {type(self.module).__name__}, layers={len(self.layers)})"
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out:
+        return _first_tensor(out[0])
+    if isinstance(out, Mapping) and out:
+        return _first_tensor(next(iter(out.values())))
+    raise TypeError(f"module output of type {type(out).__name__} holds no tensor")
+
+
+def _keep(store: dict, addr: str) -> Callable:
+    def hook(_mod, _inp, out):
+        store[addr] = _first_tensor(out)
+
+    return hook
+
+
+def _keep_rnn(store: dict, addr: str, mod: nn.Module) -> Callable:
+    def hook(_mod, inp, _out):
+        x = inp[0]
+        if isinstance(x, nn.utils.rnn.PackedSequence):
+            raise LayerError(
+                f"layer {addr!r} received a PackedSequence; per-layer replay needs padded "
+                "input. Pad in encode() and let dni_lab mask the padding."
+            )
+        hx = inp[1] if len(inp) > 1 else None
+        store[addr] = ("rnn", mod, x, hx)
+
+    return hook
+
+
+def _default_encode(records: list[Any]) -> torch.Tensor:
+    """Stack array records into one float tensor (images); others need an explicit encode."""
+    try:
+        return torch.as_tensor(np.stack([np.asarray(r, dtype=np.float32) for r in records]))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            "records are not numeric arrays; pass Model(..., encode=fn) that turns a list of "
+            "records into the module's input batch."
+        ) from exc

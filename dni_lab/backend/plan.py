@@ -1,0 +1,159 @@
+"""Resolve a query's models, units, hypotheses and measures into an executable plan."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import DNIError, HypothesisError, LayerError, did_you_mean
+from .extract import as_indices, layer_widths
+from .hypotheses import HypothesisFamily, as_family
+from .measures import Measure, get_measure
+from .measures.base import HypothesisInfo
+from .models import Model
+
+
+@dataclass
+class UnitGroup:
+    """A set of units of one model, scored together by joint measures."""
+
+    name: str
+    cols: np.ndarray  # positions in the model's union of units
+
+
+@dataclass
+class ModelPlan:
+    """Which units of one model to extract and how they are grouped."""
+
+    model: Model
+    plan: dict[str, np.ndarray]  # address -> unit indices, in extraction order
+    uids: np.ndarray
+    layers: np.ndarray
+    units: np.ndarray
+    groups: list[UnitGroup] = field(default_factory=list)
+
+    @property
+    def n_units(self) -> int:
+        return len(self.uids)
+
+
+def as_models(models: Any) -> list[Model]:
+    """Accept one or many :class:`Model` (or bare modules of float input)."""
+    if isinstance(models, (Model, nn.Module)):
+        models = [models]
+    out = [m if isinstance(m, Model) else Model(m) for m in models]
+    if not out:
+        raise DNIError("no models given; pass models=[dl.Model(module, encode=...)].")
+    names = [m.name for m in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise DNIError(f"several models are named {sorted(dup)}; give each a distinct name=.")
+    return out
+
+
+def as_families(hypotheses: Any) -> tuple[list[HypothesisFamily], list[HypothesisInfo]]:
+    """Families and the per-column info of every signal, with unique hypothesis ids."""
+    if isinstance(hypotheses, HypothesisFamily) or callable(hypotheses):
+        hypotheses = [hypotheses]
+    fams = [as_family(h) for h in hypotheses]
+    if not fams:
+        raise HypothesisError("no hypotheses given; pass hypotheses=[fn, ...].")
+    info = [i for f in fams for i in f.info()]
+    hids = [i.name for i in info]
+    dup = sorted({h for h in hids if hids.count(h) > 1})
+    if dup:
+        raise HypothesisError(
+            f"hypothesis ids {dup} appear more than once; give them distinct names with "
+            "@dl.hypothesis(name=...)."
+        )
+    return fams, info
+
+
+def as_measures(measures: Any) -> list[Measure]:
+    if isinstance(measures, (str, Measure)) or callable(measures):
+        measures = [measures]
+    out = [get_measure(m) for m in measures]
+    names = [m.name for m in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise DNIError(f"measures {dup} are listed twice; give custom measures distinct names.")
+    return out
+
+
+def normalize_units(units: Any) -> list[list[tuple[Any, Any]]]:
+    """``[(layer, sel), ...]`` → one group per entry; an entry may be a list of pairs."""
+    if units is None:
+        return []
+    if isinstance(units, tuple) and len(units) == 2 and not isinstance(units[0], (tuple, list)):
+        units = [units]
+    groups = []
+    for entry in units:
+        if isinstance(entry, tuple) and len(entry) == 2 and not isinstance(entry[0], (tuple, list)):
+            groups.append([entry])
+        elif isinstance(entry, (list, tuple)) and all(
+            isinstance(p, tuple) and len(p) == 2 for p in entry
+        ):
+            groups.append(list(entry))
+        elif isinstance(entry, (str, int)):
+            groups.append([(entry, "*")])
+        else:
+            raise LayerError(
+                f"cannot read unit specification {entry!r}; use (layer, '*'), "
+                "(layer, [indices]) or a list of such pairs for a multi-layer group."
+            )
+    return groups
+
+
+def plan_model(
+    model: Model,
+    groups_spec: list[list[tuple[Any, Any]]],
+    sample: Sequence[Any],
+    device: torch.device,
+) -> ModelPlan:
+    """Resolve layer names/positions and unit indices; assign stable uids."""
+    widths = model._widths or layer_widths(model, list(sample[:2]), device)
+    model._widths = widths
+    offsets, total = {}, 0
+    for addr in model.addresses:
+        offsets[addr] = total
+        total += widths.get(addr, 0)
+    if not groups_spec:
+        groups_spec = [[(a, "*")] for a in model.positional_layers()]
+    cols: dict[tuple[str, int], int] = {}
+    plan: dict[str, list[int]] = {}
+    groups = []
+    for spec in groups_spec:
+        members = []
+        names = []
+        for layer, sel in spec:
+            addr = model.resolve_layer(layer)
+            if addr not in widths:
+                raise LayerError(
+                    f"layer {addr!r} of model {model.name!r} produced no tensor in a probe pass."
+                    f"{did_you_mean(addr, widths)}"
+                )
+            idx = as_indices(sel, widths[addr], addr, model.name)
+            names.append(f"{addr}[{sel if isinstance(sel, str) else ','.join(map(str, idx))}]")
+            for i in idx.tolist():
+                if (addr, i) not in cols:
+                    cols[(addr, i)] = -1
+                    plan.setdefault(addr, []).append(i)
+                members.append((addr, i))
+        groups.append((" + ".join(names), members))
+    # extraction order: layer by layer, so a union column is a slice of one address
+    order = [(a, i) for a, idx in plan.items() for i in idx]
+    for pos, key in enumerate(order):
+        cols[key] = pos
+    return ModelPlan(
+        model=model,
+        plan={a: np.asarray(idx, dtype=np.int64) for a, idx in plan.items()},
+        uids=np.asarray([offsets[a] + i for a, i in order], dtype=np.int64),
+        layers=np.asarray([a for a, _ in order], dtype=object),
+        units=np.asarray([i for _, i in order], dtype=np.int64),
+        groups=[UnitGroup(n, np.asarray([cols[m] for m in mem])) for n, mem in groups],
+    )

@@ -1,0 +1,77 @@
+"""Shared fixtures: a tiny char LSTM, its encoder, and records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dni_lab as dl
+
+VOCAB = "abcdefghij()+*"
+
+
+class CharLM(nn.Module):
+    def __init__(self, hidden: int = 12, layers: int = 2, cell=nn.LSTM, batch_first: bool = True):
+        super().__init__()
+        self.embed = nn.Embedding(len(VOCAB) + 1, 6, padding_idx=0)
+        self.lstm = cell(6, hidden, num_layers=layers, batch_first=batch_first)
+        self.head = nn.Linear(hidden, len(VOCAB))
+        self.batch_first = batch_first
+
+    def forward(self, x):
+        e = self.embed(x)
+        if not self.batch_first:
+            e = e.transpose(0, 1)
+        out = self.lstm(e)[0]
+        if not self.batch_first:
+            out = out.transpose(0, 1)
+        return self.head(out)
+
+
+def encode_chars(records, pad_to: int | None = None):
+    T = pad_to or max(len(r) for r in records)
+    out = torch.zeros(len(records), T, dtype=torch.long)
+    for i, r in enumerate(records):
+        out[i, : len(r)] = torch.tensor([VOCAB.index(c) + 1 for c in r])
+    return out
+
+
+def random_records(n: int, seed: int = 0, lo: int = 4, hi: int = 24) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list(VOCAB), rng.integers(lo, hi))) for _ in range(n)]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches(tmp_path, monkeypatch):
+    """Every test gets its own hypothesis cache directory and a fresh default cache."""
+    import dni_lab.backend.cache as cache_mod
+
+    monkeypatch.setenv("DNI_LAB_CACHE", str(tmp_path / "hypcache"))
+    monkeypatch.setattr(cache_mod, "DEFAULT", None)
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def char_model():
+    torch.manual_seed(0)
+    return dl.Model(CharLM(), encode=encode_chars, name="toy")
+
+
+@pytest.fixture
+def records():
+    return random_records(300)
+
+
+@pytest.fixture
+def hyps():
+    @dl.hypothesis
+    def paren(r):
+        return [c in "()" for c in r]
+
+    @dl.hypothesis(kind="continuous")
+    def position(r):
+        return list(range(len(r)))
+
+    return [paren, position]
