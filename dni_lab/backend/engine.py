@@ -137,9 +137,10 @@ class Inspection:
             H = torch.from_numpy(
                 hypothesis_block(self.families, block_records, n_sym, first, self.cache)
             ).to(self.device)
-            mask = torch.arange(H.shape[1], device=self.device)[None, :] < torch.as_tensor(
-                n_sym, device=self.device
-            )[:, None]
+            mask = (
+                torch.arange(H.shape[1], device=self.device)[None, :]
+                < torch.as_tensor(n_sym, device=self.device)[:, None]
+            )
             for mp in self._active_models():
                 with on_device(mp.model, self.device):
                     parts = extractors[mp.model.name](block_records, mask)

@@ -45,7 +45,7 @@ class HypothesisFamily:
         raise NotImplementedError
 
     def evaluate(self, record: Any) -> Mapping[str, Sequence[float]] | np.ndarray:
-        """Signals of one record: a mapping name → values, or an array ``(n_symbols, n_signals)``."""
+        """Signals of one record: ``{name: values}`` or an array ``(n_symbols, n_signals)``."""
         raise NotImplementedError
 
     def get_params(self) -> dict[str, Any]:
@@ -73,7 +73,7 @@ class HypothesisFamily:
         cats = self.categories or {}
         return [
             HypothesisInfo(hid, self.kind_of(sig), cats.get(sig))
-            for hid, sig in zip(self.hids(), self.signals())
+            for hid, sig in zip(self.hids(), self.signals(), strict=True)
         ]
 
     def fingerprint(self) -> str:

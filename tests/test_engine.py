@@ -1,0 +1,192 @@
+"""dl.inspect end to end: padding, several models, generators, runs, errors, export."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from conftest import CharLM, encode_chars, random_records
+from torch import nn
+
+import dni_lab as dl
+from dni_lab.backend.frames import SCHEMA
+
+
+def test_frame_schema_and_rows(char_model, records, hyps):
+    f = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", "*")], eps=None)
+    assert f.schema == pl.Schema(SCHEMA)
+    assert f.height == 12 * 2
+    assert set(f["hid"]) == {"paren", "position"}
+    assert f["uid"].n_unique() == 12 and f["converged"].all()
+    assert f["n_records"].unique().to_list() == [len(records)]
+    assert not f["unit_score"].is_nan().any()
+
+
+def test_padding_does_not_change_scores(records, hyps):
+    torch.manual_seed(5)
+    lm = CharLM()
+    a = dl.Model(lm, encode=encode_chars, name="a")
+    b = dl.Model(lm, encode=lambda r: encode_chars(r, pad_to=40), name="b")
+    fa = dl.inspect([a], hyps, ["corr"], records, units=[("lstm.l0", "*")], eps=None, block_size=7)
+    fb = dl.inspect([b], hyps, ["corr"], records, units=[("lstm.l0", "*")], eps=None, block_size=64)
+    np.testing.assert_allclose(fa["unit_score"].to_numpy(), fb["unit_score"].to_numpy(), atol=1e-5)
+
+
+def test_several_models_of_different_architectures_and_generator_data(records, hyps):
+    torch.manual_seed(6)
+    lstm = dl.Model(CharLM(hidden=8), encode=encode_chars, name="lstm8")
+    gru = dl.Model(CharLM(hidden=5, layers=1, cell=nn.GRU), encode=encode_chars, name="gru5")
+    gen = (r for r in records)
+    f = dl.inspect([lstm, gru], hyps, ["corr"], gen, units=[("lstm", "*")], eps=None)
+    counts = f.group_by("mid").len().sort("mid")
+    assert counts["len"].to_list() == [5 * 2, 8 * 2]
+
+
+CALLS = {"n": 0}  # a global, not a closure: closure values are part of the fingerprint
+
+
+def test_hypothesis_cache_spares_calls_across_models(records, tmp_path):
+    calls = CALLS
+    calls["n"] = 0
+
+    @dl.hypothesis
+    def counted(r):
+        CALLS["n"] += 1
+        return [c == "a" for c in r]
+
+    cache = dl.HypothesisCache(tmp_path / "c")
+    m1 = dl.Model(CharLM(), encode=encode_chars, name="epoch1")
+    m2 = dl.Model(CharLM(), encode=encode_chars, name="epoch2")
+    dl.inspect([m1], [counted], ["corr"], records, units=[("lstm", "*")], eps=None, cache=cache)
+    assert calls["n"] == len(records)
+    dl.inspect([m2], [counted], ["corr"], records, units=[("lstm", "*")], eps=None, cache=cache)
+    assert calls["n"] == len(records)  # memory hit
+    fresh = dl.HypothesisCache(tmp_path / "c")  # a new process: disk hit
+    dl.inspect([m2], [counted], ["corr"], records, units=[("lstm", "*")], eps=None, cache=fresh)
+    assert calls["n"] == len(records) and fresh.hits > 0
+
+
+def test_wrong_length_names_hypothesis_record_and_lengths(char_model, records):
+    def short(r):
+        return [0.0] * (len(r) - 1)
+
+    with pytest.raises(dl.HypothesisError) as e:
+        dl.inspect([char_model], [short], ["corr"], records, units=[("lstm", "*")])
+    msg = str(e.value)
+    assert "'short'" in msg and "record 0" in msg
+    assert (
+        f"returned {len(records[0]) - 1} values" in msg and f"has {len(records[0])} symbols" in msg
+    )
+
+
+def test_nan_and_non_numeric_hypotheses(char_model, records):
+    def nan_hyp(r):
+        return [float("nan")] * len(r)
+
+    def words(r):
+        return ["x"] * len(r)
+
+    with pytest.raises(dl.HypothesisError, match="'nan_hyp'.*NaN"):
+        dl.inspect([char_model], [nan_hyp], ["corr"], records, units=[("lstm", "*")])
+    with pytest.raises(dl.HypothesisError, match="'words'.*non-numeric"):
+        dl.inspect([char_model], [words], ["corr"], records, units=[("lstm", "*")])
+
+
+def test_constant_hypothesis_is_null_with_reason(char_model, records):
+    def never(r):
+        return [0] * len(r)
+
+    f = dl.inspect([char_model], [never], ["corr"], records, units=[("lstm", "*")], eps=None)
+    assert f["unit_score"].is_null().all()
+    assert f["reason"].unique().to_list() == ["hypothesis is constant over the symbols read"]
+
+
+def test_unknown_layer_and_measure(char_model, records, hyps):
+    with pytest.raises(dl.LayerError, match="(?i)did you mean 'lstm'"):
+        dl.inspect([char_model], hyps, ["corr"], records, units=[("lstn", "*")])
+    with pytest.raises(dl.MeasureError, match="(?i)did you mean 'corr'"):
+        dl.inspect([char_model], hyps, ["cor"], records, units=[("lstm", "*")])
+    with pytest.raises(dl.LayerError, match="unit index 99"):
+        dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", [0, 99])])
+
+
+def test_positional_layers_as_in_the_blog(char_model, records, hyps):
+    f = dl.inspect([char_model], hyps, ["corr"], records, units=[(1, "*"), (2, [0, 3])], eps=None)
+    assert set(f["layer"]) == {"lstm", "head"}
+    assert sorted(f.filter(pl.col("layer") == "head")["unit"].unique()) == [0, 3]
+
+
+def test_uids_are_stable_across_queries(char_model, records, hyps):
+    a = dl.inspect([char_model], hyps, ["corr"], records, units=[("head", [2])], eps=None)
+    b = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", "*"), ("head", "*")])
+    uid_a = a["uid"][0]
+    assert b.filter((pl.col("layer") == "head") & (pl.col("unit") == 2))["uid"][0] == uid_a
+
+
+def test_background_run_streams_and_cancels(char_model, hyps):
+    data = random_records(3000, seed=9)
+    seen = []
+    gate = threading.Event()
+
+    def on_block(run):
+        seen.append(run.progress.records_read)
+        if len(seen) == 2:
+            gate.set()
+
+    run = dl.inspect(
+        [char_model], hyps, ["corr"], data, units=[("lstm", "*")], eps=None, block_size=100,
+        background=True, on_block=on_block,
+    )  # fmt: skip
+    assert gate.wait(60), "no blocks arrived"
+    live = run.frame
+    assert live.height == 24 and live["n_records"].max() >= 100
+    run.cancel()
+    final = run.result(timeout=60)
+    assert run.progress.cancelled and run.done
+    assert final.height == 24 and not final["converged"].any()
+    assert final["n_records"].max() < 3000
+    assert seen == sorted(seen)
+    with pytest.raises(dl.CancelledError):
+        run.result(partial=False)
+
+
+def test_background_error_is_reraised(char_model):
+    def bad(r):
+        return [1.0]
+
+    run = dl.inspect([char_model], [bad], ["corr"], ["abc"], units=[("lstm", "*")], background=True)
+    with pytest.raises(dl.HypothesisError):
+        run.result(timeout=30)
+
+
+def test_export_formats_with_query_metadata(char_model, records, hyps, tmp_path):
+    f = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", "*")], eps=None)
+    params = {"eps": None, "measures": ["corr"]}
+    for name in ("s.parquet", "s.csv", "s.arrow", "s.json"):
+        dl.export(f, tmp_path / name, params)
+    back = pl.read_parquet(tmp_path / "s.parquet")
+    assert back.equals(f)
+    assert dl.read_params(tmp_path / "s.parquet") == params
+    assert pl.read_ipc(tmp_path / "s.arrow").equals(f)
+    assert pl.read_csv(tmp_path / "s.csv").height == f.height
+    with pytest.raises(ValueError, match="parquet"):
+        dl.export(f, tmp_path / "s.xlsx")
+
+
+def test_user_function_measure_slow_path(char_model, records, hyps):
+    def absdiff(u, h):
+        return float(np.mean(np.abs(u - h)))
+
+    f = dl.inspect([char_model], hyps, ["corr", absdiff], records, units=[("lstm", [0])], eps=None)
+    assert set(f["measure"]) == {"corr", "absdiff"}
+    assert f.filter(pl.col("measure") == "absdiff")["unit_score"].is_not_null().all()
+
+
+def test_empty_data_and_bad_parameters(char_model, hyps):
+    with pytest.raises(dl.DNIError, match="no records"):
+        dl.inspect([char_model], hyps, ["corr"], [], units=[("lstm", "*")])
+    with pytest.raises(dl.DNIError, match="eps"):
+        dl.inspect([char_model], hyps, ["corr"], ["ab"], eps=-1)
