@@ -190,3 +190,18 @@ def test_empty_data_and_bad_parameters(char_model, hyps):
         dl.inspect([char_model], hyps, ["corr"], [], units=[("lstm", "*")])
     with pytest.raises(dl.DNIError, match="eps"):
         dl.inspect([char_model], hyps, ["corr"], ["ab"], eps=-1)
+
+
+def test_data_from_arrow_tables(char_model, records, hyps):
+    import pyarrow as pa
+
+    ref = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", [0])], eps=None)
+    for data in (
+        pl.Series("text", records),
+        pa.table({"text": records}),
+        pl.DataFrame({"t": records}),
+    ):
+        f = dl.inspect([char_model], hyps, ["corr"], data, units=[("lstm", [0])], eps=None)
+        assert f.equals(ref)
+    with pytest.raises(dl.DNIError, match="one column"):
+        dl.inspect([char_model], hyps, ["corr"], pl.DataFrame({"a": records, "b": records}))

@@ -92,7 +92,7 @@ class Inspection:
         self.families, self.info = as_families(hypotheses)
         self.measures = as_measures(measures)
         self.units = normalize_units(units)
-        self.data, self.eps, self.confidence = data, eps, confidence
+        self.data, self.eps, self.confidence = as_records(data), eps, confidence
         self.block_size, self.behavior = block_size, behavior
         self.device = resolve_device(device)
         self.cache = _as_cache(cache)
@@ -295,6 +295,21 @@ def _snapshot(s: Slot, res: Any, new: np.ndarray, n_records: int) -> None:
     s.snap["reason"][new] = res.reason[new]
     s.snap["n_records"][new] = n_records
     s.converged |= new
+
+
+def as_records(data: Any) -> Any:
+    """Records from a sequence, an iterable, or a one-column table (``__arrow_c_stream__``)."""
+    if isinstance(data, (pl.DataFrame, pl.Series)) or hasattr(data, "__arrow_c_stream__"):
+        table = data if isinstance(data, (pl.DataFrame, pl.Series)) else pl.DataFrame(data)
+        if isinstance(table, pl.DataFrame):
+            if table.width != 1:
+                raise DNIError(
+                    f"data is a table with columns {table.columns}; pass one column, "
+                    "e.g. data=frame['text']."
+                )
+            table = table.to_series()
+        return table.to_list()
+    return data
 
 
 def _as_cache(cache: Any) -> HypothesisCache | None:

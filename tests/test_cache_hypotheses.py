@@ -1,0 +1,119 @@
+"""Hypothesis protocol, fingerprints and the behavior cache."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+import dni_lab as dl
+from dni_lab.backend.cache import HypothesisCache, block_key
+from dni_lab.backend.hypotheses import as_family, evaluate_family, hypothesis_block
+
+
+def test_decorator_bare_and_with_arguments():
+    @dl.hypothesis
+    def a(r):
+        return [1] * len(r)
+
+    @dl.hypothesis(name="depth", kind="continuous")
+    def b(r):
+        return [0.5] * len(r)
+
+    assert a.name == "a" and a.kind == "binary" and a("xy") == [1, 1]
+    assert b.name == "depth" and b.info()[0].kind == "continuous"
+    with pytest.raises(dl.HypothesisError, match="kind"):
+        dl.hypothesis(kind="ordinal")(lambda r: r)
+
+
+def test_family_runs_once_per_record_for_all_signals():
+    calls = []
+
+    @dl.hypothesis_family(signals=["open", "close"], name="br")
+    def brackets(r):
+        calls.append(r)
+        return {"open": [c == "(" for c in r], "close": [c == ")" for c in r]}
+
+    out = hypothesis_block([brackets], ["(a)", "b("], [3, 2], 0, None)
+    assert out.shape == (2, 3, 2) and len(calls) == 2
+    assert out[0, :, 0].tolist() == [1, 0, 0] and out[0, :, 1].tolist() == [0, 0, 1]
+    assert out[1, 2].tolist() == [0, 0]  # padding
+    assert brackets.hids() == ["br.open", "br.close"]
+
+
+def test_family_missing_signal_and_array_shape_errors():
+    fam = dl.hypothesis_family(signals=["x", "y"], name="f")(lambda r: {"x": [0] * len(r)})
+    with pytest.raises(dl.HypothesisError, match=r"no values for signals \['y'\]"):
+        evaluate_family(fam, "ab", 2, 7)
+    arr = dl.hypothesis_family(signals=["x", "y"], name="g")(lambda r: np.zeros((len(r), 3)))
+    with pytest.raises(dl.HypothesisError, match=r"shape \(2, 3\) on record 4"):
+        evaluate_family(arr, "ab", 2, 4)
+
+
+def test_fingerprint_tracks_source_parameters_and_closures():
+    def make(word):
+        def kw(r):
+            return [word in r] * len(r)
+
+        return kw
+
+    fa, fb = as_family(make("SELECT")), as_family(make("FROM"))
+    assert fa.fingerprint() != fb.fingerprint()
+    assert fa.fingerprint() == as_family(make("SELECT")).fingerprint()
+
+    def p(r, k=1):
+        return [k] * len(r)
+
+    assert (
+        as_family(functools.partial(p, k=1)).fingerprint()
+        != as_family(functools.partial(p, k=2)).fingerprint()
+    )
+    h1 = dl.hypothesis(kind="binary")(lambda r: [0] * len(r))
+    h2 = dl.hypothesis(kind="continuous")(lambda r: [0] * len(r))
+    assert h1.fingerprint() != h2.fingerprint()
+
+
+def test_block_key_sees_content_and_window_source():
+    class Window(str):
+        pass
+
+    a, b = Window("abc"), Window("abc")
+    a.source, b.source = "xxabc", "abcyy"
+    assert block_key(["abc", "d"]) == block_key(["abc", "d"])
+    assert block_key(["abc", "d"]) != block_key(["abd", "d"])
+    assert block_key([a]) != block_key([b])
+    img = np.zeros((2, 3))
+    assert block_key([img]) != block_key([img.T.copy()])
+
+
+def test_memory_lru_is_bounded_in_bytes(tmp_path):
+    c = HypothesisCache(directory=False, max_bytes=10_000)
+    for i in range(10):
+        c.put("fp", str(i), np.zeros((500, 1), np.float32))  # 2000 bytes each
+    assert c.nbytes <= 10_000
+    assert c.get("fp", "0") is None and c.get("fp", "9") is not None
+
+
+def test_corrupt_disk_entry_is_recomputed_with_warning(tmp_path):
+    c = HypothesisCache(tmp_path)
+    c.put("fp", "k", np.arange(6, dtype=np.float32).reshape(3, 2))
+    npy = next(tmp_path.glob("fp/*.npy"))
+    npy.write_bytes(npy.read_bytes()[:-4] + b"\x00\x00\x80\x7f")
+    fresh = HypothesisCache(tmp_path)
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert fresh.get("fp", "k") is None
+    assert not npy.exists()  # dropped, so the next run rewrites it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.put("fp", "k", np.ones((3, 2), np.float32))
+        assert HypothesisCache(tmp_path).get("fp", "k").sum() == 6
+
+
+def test_disk_store_never_pickles(tmp_path):
+    c = HypothesisCache(tmp_path)
+    c.put("fp", "k", np.ones((2, 2), np.float32))
+    npy = next(tmp_path.glob("fp/*.npy"))
+    arr = np.load(npy, allow_pickle=False)
+    assert arr.dtype == np.float32 and not list(tmp_path.glob("**/*.pkl"))
