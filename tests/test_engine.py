@@ -205,3 +205,40 @@ def test_data_from_arrow_tables(char_model, records, hyps):
         assert f.equals(ref)
     with pytest.raises(dl.DNIError, match="one column"):
         dl.inspect([char_model], hyps, ["corr"], pl.DataFrame({"a": records, "b": records}))
+
+
+class Replay(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def _signals(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    strong = rng.random(20)
+    return strong, (rng.random(20) < 0.5).astype(float)
+
+
+def test_converged_hypotheses_stop_being_evaluated():
+    calls = {"strong": 0, "weak": 0}
+
+    def encode(seeds):  # the unit follows `strong` closely and ignores `weak`
+        s = np.stack([_signals(x)[0] for x in seeds])
+        noise = np.random.default_rng(len(seeds)).normal(0, 0.05, s.shape)
+        return torch.tensor(s + noise, dtype=torch.float32)[..., None]
+
+    @dl.hypothesis(kind="continuous")
+    def strong(seed):
+        calls["strong"] += 1
+        return _signals(seed)[0]
+
+    @dl.hypothesis
+    def weak(seed):
+        calls["weak"] += 1
+        return _signals(seed)[1]
+
+    model = dl.Model(Replay(), encode=encode, symbols=lambda s: 20, name="replay")
+    f = dl.inspect([model], [strong, weak], ["corr"], range(20_000), units=[("", "*")],
+                   eps=0.005, block_size=256, cache=False)  # fmt: skip
+    n = dict(zip(f["hid"], f["n_records"], strict=True))
+    assert n["strong"] < n["weak"] < 20_000
+    assert calls["strong"] == n["strong"] and calls["weak"] == n["weak"]

@@ -98,6 +98,9 @@ class Inspection:
         self.cache = _as_cache(cache)
         self.max_records, self.min_records = max_records, min_records
         self.hids = [i.name for i in self.info]
+        self._fingerprints = [f.fingerprint() for f in self.families] if self.cache else None
+        widths = [len(f.signals()) for f in self.families]
+        self._family_cols = np.split(np.arange(sum(widths)), np.cumsum(widths)[:-1])
         self.slots: list[Slot] = []
         self.progress = Progress(total_records=_length(data, max_records))
         self._cancel = False
@@ -135,7 +138,15 @@ class Inspection:
                     for s in self.slots
                 }
             H = torch.from_numpy(
-                hypothesis_block(self.families, block_records, n_sym, first, self.cache)
+                hypothesis_block(
+                    self.families,
+                    block_records,
+                    n_sym,
+                    first,
+                    self.cache,
+                    self._fingerprints,
+                    self._finished_families(),
+                )  # fmt: skip
             ).to(self.device)
             mask = (
                 torch.arange(H.shape[1], device=self.device)[None, :]
@@ -229,6 +240,13 @@ class Inspection:
                 continue
             _snapshot(s, res, new, self.progress.records_read)
         self.progress.pairs_converged = int(sum(s.converged.sum() for s in self.slots))
+
+    def _finished_families(self) -> set[int]:
+        """Families whose every score has converged in every slot: no need to run them."""
+        if self.eps is None or not self.slots:
+            return set()
+        done = np.logical_and.reduce([s.converged.all(axis=0) for s in self.slots])
+        return {j for j, cols in enumerate(self._family_cols) if done[cols].all()}
 
     def _all_converged(self) -> bool:
         return bool(self.slots) and all(s.converged.all() for s in self.slots)

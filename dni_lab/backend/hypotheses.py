@@ -325,12 +325,15 @@ def hypothesis_block(
     n_symbols: list[int],
     first_index: int,
     cache: Any,
+    fingerprints: list[str] | None = None,
+    skip: set[int] | frozenset[int] = frozenset(),
 ) -> np.ndarray:
     """Hypothesis behaviors of a block: float32 ``(R, T, n_signals)``, zero-padded.
 
     Each family is looked up in ``cache`` (a :class:`~.cache.HypothesisCache` or
     None) by its fingerprint and the block's content hash; missing entries are
-    computed record by record and validated.
+    computed record by record and validated. Families whose index is in ``skip``
+    (every score of theirs has converged) are not evaluated: their columns stay 0.
     """
     from .cache import block_key
 
@@ -338,10 +341,13 @@ def hypothesis_block(
     offsets = np.concatenate([[0], np.cumsum(n_symbols)])
     key = block_key(records) if cache is not None else ""
     cols = []
-    for fam in families:
-        fp = fam.fingerprint() if cache is not None else ""
-        flat = cache.get(fp, key) if cache is not None else None
+    for j, fam in enumerate(families):
         n_sig = len(fam.signals())
+        if j in skip:
+            cols.append(np.zeros((offsets[-1], n_sig), np.float32))
+            continue
+        fp = "" if cache is None else fingerprints[j] if fingerprints else fam.fingerprint()
+        flat = cache.get(fp, key) if cache is not None else None
         if flat is None or flat.shape != (offsets[-1], n_sig):
             parts = [
                 evaluate_family(fam, rec, n, first_index + i)
