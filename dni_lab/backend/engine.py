@@ -146,7 +146,7 @@ class Inspection:
                     self.cache,
                     self._fingerprints,
                     self._finished_families(),
-                )  # fmt: skip
+                )
             ).to(self.device)
             mask = (
                 torch.arange(H.shape[1], device=self.device)[None, :]
