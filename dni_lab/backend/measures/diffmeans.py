@@ -1,0 +1,162 @@
+"""Difference of means: mean(u | h = 1) − mean(u | h = 0) for binary hypotheses.
+
+Per block, the units are centered on their block mean and one float32 GEMM
+``Ucᵀ·B`` (``B = H > 0.5``) gives every unit's sum within class 1; class 0 is
+the column total minus class 1. Per-class means (and, with ``standardize``,
+centered sums of squares from a second GEMM on ``Uc²``) fold into the float64
+state with Chan's pairwise update, which is also :meth:`DiffMeans.merge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._common import (
+    F64,
+    as_block,
+    chan,
+    finish,
+    is_constant,
+    kind_reasons,
+    new_reasons,
+    set_reason,
+)
+from .base import HypothesisInfo, Measure, MeasureResult
+
+#: Relative resolution of variances accumulated from float32 block products.
+_F32_RES = 1e-6
+
+
+@dataclass
+class DiffMeansState:
+    """Per-class counts, means and (optionally) centered sums of squares."""
+
+    n: float
+    mean_u: torch.Tensor  # (U,) over all symbols, for the constant-unit test
+    m2_u: torch.Tensor  # (U,)
+    n1: torch.Tensor  # (H,) symbols with h > 0.5
+    n0: torch.Tensor  # (H,)
+    mean1: torch.Tensor  # (U, H) mean of each unit where h = 1
+    mean0: torch.Tensor  # (U, H)
+    m2_1: torch.Tensor | None  # (U, H) centered sums of squares (standardize only)
+    m2_0: torch.Tensor | None
+    info: list[HypothesisInfo] | None
+    n_records: int = 0
+
+
+def _div(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``s / n`` with 0 where the class is empty (its mean is then never used)."""
+    return torch.where(n > 0, s / n.clamp_min(1.0), 0.0)
+
+
+class DiffMeans(Measure):
+    """Difference between a unit's mean where a binary hypothesis holds and where not.
+
+    Parameters
+    ----------
+    standardize : bool
+        Divide by the pooled within-class standard deviation
+        ``sqrt((SS₁ + SS₀) / (n₁ + n₀ − 2))`` (Cohen's d).
+    """
+
+    name = "diffmeans"
+    joint = False
+    kinds = ("binary",)
+    has_error = False
+
+    def __init__(self, standardize: bool = False):
+        self.standardize = standardize
+
+    def start(
+        self,
+        n_units: int,
+        n_hyps: int,
+        device: torch.device | str = "cpu",
+        info: list[HypothesisInfo] | None = None,
+    ) -> DiffMeansState:
+        z = lambda *s: torch.zeros(*s, dtype=F64, device=device)  # noqa: E731
+        m2 = (z(n_units, n_hyps), z(n_units, n_hyps)) if self.standardize else (None, None)
+        return DiffMeansState(
+            0.0, z(n_units), z(n_units), z(n_hyps), z(n_hyps),
+            z(n_units, n_hyps), z(n_units, n_hyps), *m2, info,
+        )  # fmt: skip
+
+    def update(
+        self, state: DiffMeansState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
+    ) -> DiffMeansState:
+        Uf, Hf = as_block(U, H, mask)
+        n = Uf.shape[0]
+        state.n_records += int(U.shape[0])
+        if n == 0:
+            return state
+        dev = state.mean_u.device
+        B = (Hf > 0.5).float()
+        mu = Uf.mean(0)
+        Uc = Uf - mu  # centered so the float32 sums keep their digits
+        s_all = Uc.sum(0).to(F64)  # float32 reductions: a float64 one would copy the block
+        s1 = (Uc.T @ B).to(F64)
+        s0 = s_all[:, None] - s1
+        n1 = B.sum(0).to(F64)
+        n0 = n - n1
+        q = Uc * Uc
+        q_all = q.sum(0).to(F64)
+        m2_1 = m2_0 = None
+        if state.m2_1 is not None:
+            q1 = (q.T @ B).to(F64)
+            m2_1 = (q1 - s1 * _div(s1, n1)).clamp_min(0.0).to(dev)
+            m2_0 = ((q_all[:, None] - q1) - s0 * _div(s0, n0)).clamp_min(0.0).to(dev)
+        mu64 = mu.to(F64)
+        blk_u = (float(n), (mu64 + s_all / n).to(dev), (q_all - s_all * s_all / n).to(dev))
+        _, state.mean_u, state.m2_u = chan(state.n, state.mean_u, state.m2_u, *blk_u)
+        n1, n0 = n1.to(dev), n0.to(dev)
+        m1 = (mu64[:, None] + _div(s1, n1)).to(dev)
+        m0 = (mu64[:, None] + _div(s0, n0)).to(dev)
+        state.n1, state.mean1, state.m2_1 = chan(state.n1, state.mean1, state.m2_1, n1, m1, m2_1)
+        state.n0, state.mean0, state.m2_0 = chan(state.n0, state.mean0, state.m2_0, n0, m0, m2_0)
+        state.n += float(n)
+        return state
+
+    def merge(self, a: DiffMeansState, b: DiffMeansState) -> DiffMeansState:
+        dev = a.mean_u.device
+
+        def mv(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(dev)
+
+        _, mean_u, m2_u = chan(a.n, a.mean_u, a.m2_u, b.n, mv(b.mean_u), mv(b.m2_u))
+        n1, mean1, m2_1 = chan(a.n1, a.mean1, a.m2_1, mv(b.n1), mv(b.mean1), mv(b.m2_1))
+        n0, mean0, m2_0 = chan(a.n0, a.mean0, a.m2_0, mv(b.n0), mv(b.mean0), mv(b.m2_0))
+        return DiffMeansState(
+            a.n + b.n, mean_u, m2_u, n1, n0, mean1, mean0, m2_1, m2_0,
+            a.info, a.n_records + b.n_records,
+        )  # fmt: skip
+
+    def result(self, state: DiffMeansState, confidence: float = 0.95) -> MeasureResult:
+        n_units, n_hyps = state.mean1.shape
+        reason = new_reasons(n_units, n_hyps)
+        if state.n == 0:
+            set_reason(reason, True, "no symbols read")
+        kind_reasons(reason, self.name, state.info, self.kinds)
+        n1, n0 = state.n1.cpu().numpy(), state.n0.cpu().numpy()
+        set_reason(
+            reason, (n1 == 0)[None, :], "hypothesis is never true (h > 0.5) over the symbols read"
+        )
+        set_reason(
+            reason, (n0 == 0)[None, :], "hypothesis is always true (h > 0.5) over the symbols read"
+        )
+        const_u = is_constant(state.m2_u, state.n, state.mean_u)
+        set_reason(reason, const_u[:, None], "unit is constant over the symbols read")
+        diff = (state.mean1 - state.mean0).cpu().numpy()
+        if self.standardize:
+            if state.n < 3:
+                set_reason(reason, True, "fewer than 3 symbols read: no pooled standard deviation")
+            var = ((state.m2_1 + state.m2_0) / max(state.n - 2, 1.0)).cpu().numpy()
+            # Within-class sums of squares come from float32 GEMMs: anything below their
+            # resolution relative to the unit's total variance is a zero.
+            tiny = _F32_RES * (state.m2_u / max(state.n, 1.0)).cpu().numpy()[:, None]
+            set_reason(reason, var <= tiny, "unit is constant within each class: pooled std is 0")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                diff = diff / np.sqrt(var)
+        return finish(diff, reason)
