@@ -1,0 +1,103 @@
+"""``dni-lab``: the terminal entry point. ``dni-lab demo`` is the README's main job."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Train or load the SQL LSTM, inspect it against the SQL grammar, print and save."""
+    import dni_lab as dl
+    from hypotheses.grammars import sql as grammar
+    from hypotheses.workloads import sql as workload
+
+    t0 = time.perf_counter()
+    module, encode, meta = workload.load(quick=args.quick, hidden=args.hidden)
+    acc = meta.get("accuracy")
+    print(f"model: sql-lstm, {args.hidden} units, held-out next-char accuracy {acc:.3f} "
+          f"({time.perf_counter() - t0:.1f} s to train or load)")  # fmt: skip
+    model = dl.Model(module, encode=encode, name="sql-lstm", meta={"epochs": meta.get("epochs")})
+    # held-out queries: a seed the model was not trained on
+    records = workload.records(args.queries, seed=10_007)
+    family = grammar.family()
+    print(f"data: {len(records)} windows of 30 characters; hypotheses: {len(family.signals())} "
+          "parse-tree signals (range, impulse per node type, depth)")  # fmt: skip
+
+    t1 = time.perf_counter()
+    frame = dl.inspect(
+        models=[model],
+        hypotheses=[family],
+        measures=args.measures,
+        data=records,
+        units=[("lstm", "*")],
+        eps=args.eps,
+        on_block=lambda insp: print(
+            f"  block {insp.progress.blocks}: {insp.progress.records_read} records, "
+            f"{insp.progress.share_converged:.0%} of pairs converged",
+            flush=True,
+        ),
+    )
+    print(f"inspection: {time.perf_counter() - t1:.1f} s, {frame.height} scores\n")
+    _print_top(frame, args.top)
+    out = dl.export(frame, args.out, {"measures": args.measures, "eps": args.eps})
+    print(f"\nscore frame written to {out}")
+    return 0
+
+
+def _print_top(frame: pl.DataFrame, k: int) -> None:
+    """Best units per hypothesis: |corr| for correlation, the probe's F1 for logreg."""
+    with pl.Config(tbl_rows=60, tbl_cols=8, fmt_str_lengths=40, tbl_hide_dataframe_shape=True):
+        if "corr" in frame["measure"].unique().to_list():
+            top = (
+                frame.filter(pl.col("measure") == "corr", pl.col("unit_score").is_not_null())
+                .with_columns(pl.col("unit_score").abs().alias("abs_r"))
+                .sort("abs_r", descending=True)
+                .group_by("hid", maintain_order=True)
+                .head(k)
+                .group_by("hid", maintain_order=True)
+                .agg(pl.col("unit"), pl.col("unit_score").round(3).alias("corr"))
+                .head(15)
+            )
+            print(f"Top {k} units per hypothesis by |corr| (15 best hypotheses):")
+            print(top)
+        if "logreg" in frame["measure"].unique().to_list():
+            probe = (
+                frame.filter(pl.col("measure") == "logreg", pl.col("group_score").is_not_null())
+                .sort(pl.col("unit_score").abs(), descending=True)
+                .group_by("hid", maintain_order=True)
+                .agg(pl.col("group_score").first().round(3).alias("F1"), pl.col("unit").head(k))
+                .sort("F1", descending=True)
+                .head(15)
+            )
+            print(f"\nL1 probe over all units: cross-validated F1 and its top {k} units:")
+            print(probe)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dni-lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="inspect the SQL auto-completion LSTM (the main job)")
+    d.add_argument("--quick", action="store_true", default=bool(os.environ.get("CI")),
+                   help="quick model variant and fewer records (default when $CI is set)")  # fmt: skip
+    d.add_argument("--hidden", type=int, default=128)
+    d.add_argument("--queries", type=int, default=None, help="held-out queries to cut into windows")
+    d.add_argument("--eps", type=float, default=0.025)
+    d.add_argument("--measures", nargs="+", default=["corr", "logreg"])
+    d.add_argument("--top", type=int, default=3)
+    d.add_argument("--out", type=Path, default=Path("dni_demo_scores.parquet"))
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        if args.queries is None:
+            args.queries = 150 if args.quick else 1200
+        return demo(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
