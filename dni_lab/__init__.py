@@ -22,6 +22,7 @@ from .backend.frames import export, read_params
 from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypothesis_family
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.models import Model
+from .backend.query import Catalog, QueryError, query
 from .backend.run import Run
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BehaviorError",
     "CancelledError",
+    "Catalog",
     "DNIError",
     "Hypothesis",
     "HypothesisCache",
@@ -40,12 +42,14 @@ __all__ = [
     "MeasureResult",
     "Model",
     "Progress",
+    "QueryError",
     "Run",
     "export",
     "get_measure",
     "hypothesis",
     "hypothesis_family",
     "inspect",
+    "query",
     "read_params",
 ]
 

@@ -1,0 +1,185 @@
+"""The session catalog: models (checkpoints) with metadata, hypotheses, input datasets.
+
+The catalog holds Python objects; :mod:`.relations` turns them, together with
+the notebook's namespace, into the relations a query reads: ``models``,
+``units``, ``hypotheses`` and ``inputs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import polars as pl
+
+from ..errors import DNIError
+from ..hypotheses import Hypothesis, HypothesisFamily, as_family
+from ..models import Model
+
+
+@dataclass
+class ModelEntry:
+    """A model (one checkpoint) and its metadata; checkpoints of one model share a name."""
+
+    model: Model
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mid(self) -> str:
+        return self.model.name
+
+
+@dataclass
+class HypothesisEntry:
+    """A hypothesis family (a plain hypothesis is a family of one) and where it comes from."""
+
+    family: HypothesisFamily
+    source: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(repr=False)
+class Dataset:
+    """Input records under a dataset id (``did``)."""
+
+    did: str
+    records: Sequence[Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # the records themselves would flood a notebook's output
+        return f"<Dataset {self.did!r}: {len(self.records)} records>"
+
+
+class Catalog:
+    """What a notebook session has registered for queries.
+
+    Models, hypotheses and datasets registered here appear in the relations
+    ``models``, ``units``, ``hypotheses`` and ``inputs``; so do the
+    :class:`~dni_lab.Model` and :func:`~dni_lab.hypothesis` objects of the
+    namespace a query runs in. Other namespace objects are reached by their
+    variable name in FROM.
+
+    Examples
+    --------
+    >>> cat = Catalog()
+    >>> for k, net in enumerate(checkpoints):                          # doctest: +SKIP
+    ...     cat.add_model(dl.Model(net, encode, name="sqlparser"), epoch=k)
+    >>> cat.add_hypothesis(keywords, source="sql grammar")              # doctest: +SKIP
+    >>> cat.add_inputs(queries, "sql_test")                             # doctest: +SKIP
+    >>> dl.query("SELECT ... INSPECT ...", catalog=cat)                 # doctest: +SKIP
+    """
+
+    _default: ClassVar[Catalog | None] = None
+
+    def __init__(self) -> None:
+        self.models: list[ModelEntry] = []
+        self.hypotheses: list[HypothesisEntry] = []
+        self.datasets: dict[str, Dataset] = {}
+        self.tables: dict[str, pl.DataFrame] = {}
+
+    @classmethod
+    def default(cls) -> Catalog:
+        """The session-wide catalog that ``%%inspect`` and ``dl.query`` use by default."""
+        if cls._default is None:
+            cls._default = cls()
+        return cls._default
+
+    # -- registration ------------------------------------------------------------
+    def add_model(self, model: Model, **meta: Any) -> Model:
+        """Register a model (a checkpoint); ``meta`` (epoch=, architecture=, trained=, ...)
+        is added to ``model.meta``. Checkpoints of one model share its name and differ in
+        their metadata (typically ``epoch``)."""
+        if not isinstance(model, Model):
+            raise DNIError(f"add_model needs a dl.Model, got {type(model).__name__}.")
+        merged = {**model.meta, **meta}
+        for e in self.models:
+            if e.model is model:
+                e.meta = merged
+                return model
+            if e.mid == model.name and e.meta == merged:
+                raise DNIError(
+                    f"a model named {model.name!r} with metadata {merged} is already registered; "
+                    "checkpoints of one model need distinct metadata (e.g. epoch=)."
+                )
+        self.models.append(ModelEntry(model, merged))
+        return model
+
+    def add_hypothesis(
+        self,
+        hypothesis: Callable[..., Any] | HypothesisFamily,
+        *,
+        name: str | None = None,
+        kind: str | None = None,
+        source: str | None = None,
+        **meta: Any,
+    ) -> HypothesisFamily:
+        """Register a hypothesis function or family; ``source`` says where it comes from
+        (defaults to its Python module); ``meta`` adds columns to ``hypotheses``."""
+        if isinstance(hypothesis, HypothesisFamily):
+            fam = hypothesis
+        elif name is not None or kind is not None:
+            fam = Hypothesis(hypothesis, name=name, kind=kind or "binary")
+        else:
+            fam = as_family(hypothesis)
+        self.hypotheses = [e for e in self.hypotheses if e.family is not fam]
+        self.hypotheses.append(HypothesisEntry(fam, source or source_of(fam), dict(meta)))
+        return fam
+
+    def add_inputs(self, records: Sequence[Any], name: str, **meta: Any) -> Dataset:
+        """Register a dataset of records under ``name`` (its ``did``)."""
+        if isinstance(records, (str, bytes)) or not hasattr(records, "__len__"):
+            raise DNIError(
+                f"add_inputs needs a sequence of records (a list, a tuple, an array), got "
+                f"{type(records).__name__}; materialize a generator with list(...)."
+            )
+        ds = Dataset(name, records, dict(meta))
+        self.datasets[name] = ds
+        return ds
+
+    def add_relation(self, name: str, frame: pl.DataFrame) -> None:
+        """Register any Polars frame as a relation that queries may join and filter."""
+        self.tables[name] = frame
+
+    def register(self, obj: Any, name: str | None = None, **meta: Any) -> Any:
+        """Register ``obj`` by its type: a model (or a list of them), a hypothesis or family,
+        a Polars frame (needs ``name``), or a sequence of records (needs ``name``)."""
+        if isinstance(obj, Model):
+            return self.add_model(obj, **meta)
+        if isinstance(obj, (list, tuple)) and obj and all(isinstance(m, Model) for m in obj):
+            return [self.add_model(m, **meta) for m in obj]
+        if isinstance(obj, HypothesisFamily) or callable(obj):
+            return self.add_hypothesis(obj, name=name, **meta)
+        if name is None:
+            raise DNIError("register(frame_or_records, name=...) needs a name for the relation.")
+        if isinstance(obj, pl.DataFrame):
+            return self.add_relation(name, obj)
+        return self.add_inputs(obj, name, **meta)
+
+    # -- reading -----------------------------------------------------------------
+    def relation(self, name: str, namespace: Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """A relation as a query sees it (``"models"``, ``"units"``, ...), for exploring."""
+        from .relations import Scope
+
+        scope = Scope(self, namespace)
+        rel = scope.resolve(name)
+        if rel is None:
+            from ..errors import did_you_mean
+            from .errors import QueryError
+
+            raise QueryError(f"unknown relation {name!r}.{did_you_mean(name, scope.names())}")
+        frame = scope.frame(rel)
+        return frame.select([c for c in frame.columns if not c.startswith("__dl_")])
+
+    def __repr__(self) -> str:
+        return (
+            f"<Catalog: {len(self.models)} models, {len(self.hypotheses)} hypotheses, "
+            f"{len(self.datasets)} datasets, {len(self.tables)} tables>"
+        )
+
+
+def source_of(fam: HypothesisFamily) -> str:
+    """Where a hypothesis is defined: the module of its function or class."""
+    fn = getattr(fam, "fn", None)
+    mod = getattr(fn, "__module__", None) if fn is not None else type(fam).__module__
+    return str(mod or "unknown")

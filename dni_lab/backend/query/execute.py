@@ -1,0 +1,215 @@
+"""Running a plan: one engine inspection per step, S assembled, the final statement applied.
+
+:class:`QueryInspection` has the shape :class:`~dni_lab.Run` drives (``run``,
+``frame``, ``progress``, ``cancel``), so a query runs in the background with
+the same handle, callbacks and live frame as ``dl.inspect``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..engine import Inspection, Progress
+from ..frames import SCHEMA, empty_frame
+from ..hypotheses import HypothesisFamily
+from ..run import Run
+from .final import Final
+from .planner import Plan, Step
+from .sql import RelationalEngine
+
+_INTERNAL = {"__dl_m": pl.Int64, "__dl_g": pl.Int64}
+
+
+class QueryInspection:
+    """Runs a plan's steps in order; ``frame()`` is S so far, ``run()`` returns the result."""
+
+    def __init__(self, plan: Plan, final: Final, engine: RelationalEngine) -> None:
+        self.plan, self.final, self.engine = plan, final, engine
+        self.progress = Progress(total_records=sum(len(s.records) for s in plan.steps))
+        self.current: Inspection | None = None
+        self.step_index = 0
+        self._names: dict[str, int] = {}
+        self._done: list[pl.DataFrame] = []  # finished steps' S rows (with group ids)
+        self._base = Progress()  # totals of finished steps
+        self._cancel = False
+        self._lock = threading.Lock()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.plan.steps
+
+    def cancel(self) -> None:
+        """Stop after the block in flight; later steps do not start."""
+        self._cancel = True
+        if self.current is not None:
+            self.current.cancel()
+
+    def run(self, on_block: Callable[[Any], None] | None = None) -> pl.DataFrame:
+        start = time.perf_counter()
+        for k, step in enumerate(self.steps):
+            if self._cancel:
+                break
+            insp = self._inspection(step)
+            with self._lock:
+                self.current, self.step_index = insp, k
+            frame = insp.run(on_block=lambda _i: self._after_block(start, on_block))
+            rows = self._rows(step, frame)
+            with self._lock:
+                self._done.append(rows)
+                self.current = None
+                p, b = insp.progress, self._base
+                # A step that stopped early is finished: count all its records as done.
+                b.records_read += p.records_read if p.cancelled else len(step.records)
+                b.blocks += p.blocks
+                b.pairs_total += p.pairs_total
+                b.pairs_converged += p.pairs_converged
+            self._cancel |= insp.progress.cancelled
+        self._sync(start, done=True)
+        return self.final.run(self.plan.query, self.engine, self.scores(internal=True))
+
+    # -- S -----------------------------------------------------------------------
+    def frame(self, final: bool = False) -> pl.DataFrame:
+        """S so far (score-frame columns): finished steps and the step in flight."""
+        return self.scores(internal=False)
+
+    def scores(self, internal: bool = False) -> pl.DataFrame:
+        with self._lock:
+            parts = list(self._done)
+            cur = self.current
+        if cur is not None and not internal:
+            parts.append(self._rename(cur.frame(final=False)))
+        schema = {**SCHEMA, **_INTERNAL} if internal else SCHEMA
+        if not parts:
+            s = pl.DataFrame(schema=schema)
+        else:
+            s = pl.concat([f.select(list(schema)) for f in parts], how="vertical")
+        if internal:  # the row order S keeps when the query has no ORDER BY
+            s = s.with_row_index("__dl_i").with_columns(pl.col("__dl_i").cast(pl.Int64))
+        return s
+
+    def _inspection(self, step: Step) -> Inspection:
+        scope, opts = self.plan.scope, self.plan.options
+        models, self._names = [], {}
+        names = [scope.models[m].mid for m in step.ckpts]
+        for m in step.ckpts:
+            model = scope.models[m].model
+            if names.count(model.name) > 1:
+                # Checkpoints share their model's name; the engine needs distinct ones.
+                model = copy.copy(model)
+                model.name = f"{model.name}#{m}"
+            self._names[model.name] = m
+            models.append(model)
+        records = [scope.datasets[d].records[r] for d, r in step.records]
+        return Inspection(
+            models, _families(self.plan, step), self.plan.measures, records, units=step.units,
+            **opts,
+        )  # fmt: skip
+
+    def _rename(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Engine model names back to checkpoint ids (``__dl_m``) and the models' own names."""
+        mids = {n: self.plan.scope.models[m].mid for n, m in self._names.items()}
+        return frame.with_columns(
+            __dl_m=pl.col("mid").replace_strict(self._names, return_dtype=pl.Int64, default=None),
+            mid=pl.col("mid").replace_strict(mids, return_dtype=pl.String, default=None),
+        )
+
+    def _rows(self, step: Step, frame: pl.DataFrame) -> pl.DataFrame:
+        """Each group's own rows of a (possibly shared) step's frame, tagged with the group."""
+        frame = self._rename(frame)
+        parts = []
+        for gi in step.groups:
+            g = self.plan.groups[gi]
+            rows = frame.filter(pl.col("hid").is_in([h for _, _, h in g.hyps]))
+            explicit = {m: u for m, u in g.units.items() if u is not None}
+            if explicit:
+                pairs = pl.DataFrame(
+                    {
+                        "__dl_m": np.concatenate([np.full(len(u), m) for m, u in explicit.items()]),
+                        "uid": np.concatenate(list(explicit.values())),
+                    },
+                    schema={"__dl_m": pl.Int64, "uid": pl.Int64},
+                )
+                rows = rows.join(pairs, on=["__dl_m", "uid"], how="semi")
+            else:
+                rows = rows.filter(pl.col("__dl_m").is_in(list(g.units)))
+            parts.append(rows.with_columns(__dl_g=pl.lit(gi, dtype=pl.Int64)))
+        return (
+            pl.concat(parts)
+            if parts
+            else empty_frame().with_columns(
+                __dl_m=pl.lit(None, pl.Int64), __dl_g=pl.lit(None, pl.Int64)
+            )
+        )
+
+    def _after_block(self, start: float, on_block: Callable[[Any], None] | None) -> None:
+        self._sync(start)
+        if on_block is not None:
+            on_block(self)
+
+    def _sync(self, start: float, done: bool = False) -> None:
+        p, b, cur = self.progress, self._base, self.current
+        c = cur.progress if cur is not None else Progress()
+        p.records_read = b.records_read + c.records_read
+        p.blocks = b.blocks + c.blocks
+        p.pairs_total = b.pairs_total + c.pairs_total
+        p.pairs_converged = b.pairs_converged + c.pairs_converged
+        p.elapsed_s = time.perf_counter() - start
+        p.cancelled = self._cancel
+        p.done = done
+
+
+class QueryRun(Run):
+    """A query in the background: ``frame`` is S as it fills, ``result()`` the query's frame."""
+
+    @property
+    def frame(self) -> pl.DataFrame:  # type: ignore[override]
+        return self.inspection.frame()
+
+    def __repr__(self) -> str:
+        p = self.progress
+        state = "cancelled" if p.cancelled else "done" if self.done else "running"
+        steps = len(self.inspection.steps)
+        return f"<QueryRun {state}: {steps} steps, {p.records_read} records, {p.blocks} blocks>"
+
+
+class SubsetFamily(HypothesisFamily):
+    """Some signals of a family (those a query selected); evaluates the whole family once."""
+
+    def __init__(self, parent: HypothesisFamily, signals: list[str]) -> None:
+        self.parent, self.subset = parent, list(signals)
+        self.name, self.kind, self.categories = parent.name, parent.kind, parent.categories
+        self._hid = dict(zip(parent.signals(), parent.hids(), strict=True))
+        self._col = {s: k for k, s in enumerate(parent.signals())}
+
+    def signals(self) -> list[str]:
+        return list(self.subset)
+
+    def hids(self) -> list[str]:
+        return [self._hid[s] for s in self.subset]
+
+    def evaluate(self, record: Any) -> Any:
+        out = self.parent.evaluate(record)
+        if isinstance(out, dict) or hasattr(out, "keys"):
+            return {s: out[s] for s in self.subset}
+        return np.asarray(out)[:, [self._col[s] for s in self.subset]]
+
+    def get_params(self) -> dict[str, Any]:
+        return {"parent": self.parent.fingerprint(), "signals": self.subset}
+
+
+def _families(plan: Plan, step: Step) -> list[HypothesisFamily]:
+    by_entry: dict[int, list[str]] = {}
+    for entry, sig, _ in step.hyps:
+        by_entry.setdefault(entry, []).append(sig)
+    out = []
+    for entry, sigs in by_entry.items():
+        fam = plan.scope.hyps[entry].family
+        out.append(fam if sigs == fam.signals() else SubsetFamily(fam, sigs))
+    return out

@@ -1,0 +1,213 @@
+"""``%%inspect`` and ``%inspect``: run an INSPECT query from a notebook cell.
+
+``%load_ext dni_lab`` registers them. The cell runs the query in the background
+while the cell shows its progress; the final Polars frame is the cell's
+result (and stored under ``-o NAME``). A mistake in the query is a
+``UsageError`` that shows the position, a caret and suggestions, not a traceback.
+
+The progress display is :func:`live_display`; replace it (``dni_lab.magic.live_display
+= fn``) to show something richer, such as a live score table.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, Protocol
+
+import polars as pl
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .backend.errors import DNIError
+from .backend.query import Catalog, QueryError, QueryRun, parse, run_query
+
+# Options that take a value: the word after them is theirs, not the query's.
+_VALUED = {"-o", "--output", "--eps", "--block-size", "--catalog"}
+_POLL_S = 0.1
+_UNSET = object()  # --eps none means "read everything", so None cannot mean "not given"
+
+
+class LiveView(Protocol):
+    """What :func:`live_display` returns. In a kernel the magic displays it in the cell (it
+    may be a widget); while the run goes on the magic calls its ``update()``, if it has one,
+    from the kernel's main thread, and ``finish()``, if it has one, when the run has ended
+    (not ``close()``: on a widget that would remove it from the cell). A view may instead
+    follow the run itself through ``run.on_block`` and ``run.frame``."""
+
+    def update(self) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def progress_text(run: QueryRun) -> str:
+    """One line on where a run stands: records, blocks, converged pairs, time."""
+    p = run.progress
+    total = f"/{p.total_records:,}" if p.total_records else ""
+    state = "cancelled" if p.cancelled else "done" if p.done else "running"
+    return (
+        f"{state}: {p.records_read:,}{total} records, {p.blocks} blocks, "
+        f"{p.pairs_converged:,}/{p.pairs_total:,} pairs converged, {p.elapsed_s:.1f} s"
+    )
+
+
+class ProgressView:
+    """A progress bar and a line of text (ipywidgets); nothing without ipywidgets."""
+
+    def __init__(self, run: QueryRun) -> None:
+        self.run = run
+        self.box = self.bar = self.label = None
+        try:
+            import ipywidgets as w
+        except ImportError:  # without widgets the cell stays quiet until the result
+            return
+        self.bar = w.IntProgress(min=0, max=max(1, run.progress.total_records or 1))
+        self.label = w.Label(progress_text(run))
+        self.box = w.HBox([self.bar, self.label])
+
+    def _ipython_display_(self) -> None:
+        if self.box is not None:
+            from IPython.display import display
+
+            display(self.box)
+
+    def update(self) -> None:
+        if self.bar is not None:
+            self.bar.value = min(self.run.progress.records_read, self.bar.max)
+            self.label.value = progress_text(self.run)
+
+    def finish(self) -> None:
+        self.update()
+        if self.bar is not None:
+            self.bar.bar_style = "warning" if self.run.progress.cancelled else "success"
+
+
+def live_display(run: QueryRun) -> LiveView:
+    """The view of ``run`` the cell shows while it goes on: the hook a live score table
+    replaces (``dni_lab.magic.live_display = fn``); see :class:`LiveView`."""
+    return ProgressView(run)
+
+
+def _in_kernel() -> bool:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _eps(text: str) -> float | None:
+    if text.lower() in ("none", "null"):
+        return None
+    return float(text)
+
+
+_eps.__name__ = "eps"  # argparse names the type in its message: "invalid eps value: 'x'"
+
+
+def split_options(line: str) -> tuple[str, str]:
+    """``"-o res --eps 0.1 SELECT ..."`` → (``"-o res --eps 0.1"``, ``"SELECT ..."``)."""
+    pos, expect_value = 0, False
+    for m in re.finditer(r"\S+", line):
+        word = m.group()
+        if expect_value:
+            expect_value = False
+        elif word.startswith("-"):
+            expect_value = word in _VALUED
+        else:
+            return line[: m.start()].strip(), line[m.start() :]
+        pos = m.end()
+    return line[:pos].strip(), ""
+
+
+@magics_class
+class InspectMagics(Magics):
+    """The ``inspect`` magic, as a cell (``%%inspect``) and a line (``%inspect``)."""
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help="store the result frame in this variable")
+    @argument(
+        "--eps", type=_eps, default=_UNSET, help="early-stopping error bound; 'none' reads all"
+    )
+    @argument("--block-size", type=int, metavar="N", help="records per block")
+    @argument("--no-live", action="store_true", help="no progress display; run in the foreground")
+    @argument("--catalog", metavar="NAME", help="a dl.Catalog variable (default: the session's)")
+    @line_cell_magic
+    @no_var_expand  # the line is SQL: '$x' or '{a}' in a string literal must stay as written
+    def inspect(self, line: str, cell: str | None = None) -> pl.DataFrame | None:
+        """Run an SQL query with an INSPECT clause; the result is a Polars frame.
+
+        ::
+
+            %%inspect -o scores --eps 0.05
+            SELECT M.epoch, S.uid, S.unit_score
+            INSPECT U.uid AND H.h USING corr OVER D.seq AS S
+            FROM models M, units U, hypotheses H, inputs D
+            WHERE U.layer = 'lstm' AND H.name = 'keyword'
+            GROUP BY M.epoch
+            HAVING S.unit_score > 0.8
+
+            %inspect SELECT * FROM units WHERE layer = 'lstm'
+        """
+        opts_text, rest = split_options(line)
+        text = rest if cell is None else (rest + "\n" + cell if rest.strip() else cell)
+        try:  # bad flags raise UsageError themselves; an unclosed quote raises ValueError
+            args = parse_argstring(self.inspect, opts_text)
+        except ValueError as exc:
+            raise UsageError(f"cannot read the options {opts_text!r}: {exc}") from None
+        if not text.strip():
+            raise UsageError("%inspect needs a query: %inspect SELECT ... INSPECT ... FROM ...")
+        ns = self.shell.user_ns
+        options: dict[str, Any] = {}
+        if args.eps is not _UNSET:
+            options["eps"] = args.eps
+        if args.block_size is not None:
+            options["block_size"] = args.block_size
+        try:
+            q = parse(text)
+            catalog = self._catalog(args.catalog)
+            if q.inspect is None or args.no_live:
+                result = run_query(q, catalog, ns, options=options)
+            else:
+                result = self._live(run_query(q, catalog, ns, background=True, options=options))
+        except QueryError as exc:
+            raise UsageError(str(exc)) from None
+        except DNIError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        if args.output:
+            ns[args.output] = result
+        return result  # type: ignore[return-value]
+
+    def _catalog(self, name: str | None) -> Catalog:
+        if name is None:
+            return Catalog.default()
+        cat = self.shell.user_ns.get(name)
+        if not isinstance(cat, Catalog):
+            raise UsageError(f"--catalog {name}: no dl.Catalog named {name!r} in the namespace")
+        return cat
+
+    def _live(self, run: QueryRun) -> pl.DataFrame:
+        view = live_display(run)
+        if _in_kernel():  # a terminal cannot redraw a widget: it would print its repr
+            from IPython.display import display
+
+            display(view)
+        update = getattr(view, "update", None)
+        try:
+            while not run.wait(_POLL_S):
+                if update is not None:
+                    update()
+        except KeyboardInterrupt:  # stop reading; the partial frame is still a result
+            run.cancel()
+            run.wait()
+            print("dni_lab: cancelled; the result holds the scores read so far", file=sys.stderr)
+        finally:
+            finish = getattr(view, "finish", None)
+            if finish is not None:
+                finish()
+        return run.result()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%%inspect`` / ``%inspect`` (``%load_ext dni_lab``)."""
+    ipython.register_magics(InspectMagics)
