@@ -117,3 +117,14 @@ def test_disk_store_never_pickles(tmp_path):
     npy = next(tmp_path.glob("fp/*.npy"))
     arr = np.load(npy, allow_pickle=False)
     assert arr.dtype == np.float32 and not list(tmp_path.glob("**/*.pkl"))
+
+
+def test_block_key_sees_array_subclass_attributes():
+    class Frame(np.ndarray):
+        pass
+
+    a = np.zeros((2, 2)).view(Frame)
+    b = np.zeros((2, 2)).view(Frame)
+    a.t, b.t = 1, 2
+    assert block_key([a]) != block_key([b])
+    assert block_key([np.zeros((2, 2))]) != block_key([a])

@@ -48,6 +48,9 @@ def block_key(records: Sequence[Any]) -> str:
             a = np.ascontiguousarray(np.asarray(r))
             h.update(f"a{a.dtype}{a.shape}:".encode())
             h.update(a.tobytes())
+            extra = getattr(r, "__dict__", None)
+            if extra:  # array subclasses (grid frames) carry their episode and step
+                h.update(repr(sorted((k, repr(v)) for k, v in extra.items())).encode())
         else:
             h.update(b"r:" + repr(r).encode())
     return h.hexdigest()[:32]

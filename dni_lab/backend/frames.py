@@ -70,7 +70,8 @@ def block_frame(
             "n_records": n_records.reshape(-1).astype(np.int64),
             "converged": converged.reshape(-1).astype(bool),
             "group": grp,
-            "reason": np.where(reason_flat == None, None, reason_flat.astype(str)),  # noqa: E711
+            # a list, not an object array: polars refuses to cast an all-None object column
+            "reason": [None if r is None else str(r) for r in reason_flat],
         },
         schema=SCHEMA,
         nan_to_null=True,
