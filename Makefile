@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	@# PostgreSQL (Debian) for the paper's SQL baseline in the benchmark and its test
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+	@# Chromium (Debian) for the end-to-end widget tests in JupyterLab (tests/e2e)
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	touch $(STAMP)
 
 install: $(STAMP)

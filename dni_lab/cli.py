@@ -83,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dni-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="inspect the SQL auto-completion LSTM (the main job)")
-    d.add_argument("--quick", action="store_true", default=bool(os.environ.get("CI")),
-                   help="quick model variant and fewer records (default when $CI is set)")  # fmt: skip
+    d.add_argument(
+        "--quick",
+        action="store_true",
+        default=bool(os.environ.get("CI")),
+        help="quick model variant and fewer records (default when $CI is set)",
+    )
     d.add_argument("--hidden", type=int, default=128)
     d.add_argument("--queries", type=int, default=None, help="held-out queries to cut into windows")
     d.add_argument("--eps", type=float, default=0.025)

@@ -1,0 +1,154 @@
+// Score table: draws the page Python sends (_page) and the run's progress (_status);
+// writes back sorting (_sort), the filter (_filter) and the page index (_page_index).
+// Sorting, filtering and paging happen in Python over Polars: only one page travels.
+
+function progressBar(st) {
+  if (st.records_read === undefined) return null;
+  const total = st.total_records;
+  const share = total ? Math.min(1, st.records_read / total) : (st.state === "running" ? 0 : 1);
+  const parts = [
+    `${fmt(st.records_read)}${total ? " / " + fmt(total) : ""} records`,
+    `${fmt(st.blocks)} blocks`,
+    `${Math.round((st.share_converged || 0) * 100)}% converged`,
+  ];
+  if (st.state === "running" && st.time_left_s !== null && st.time_left_s !== undefined) {
+    parts.push(`~${fmt(Math.round(st.time_left_s))} s left`);
+  }
+  return h("span", { class: "dni-bar", style: { margin: 0 } },
+    h("span", { class: "dni-progress", title: `${Math.round(share * 100)}% of the records read` },
+      h("div", { style: { width: `${share * 100}%` } })),
+    h("span", { class: "dni-progress-text" }, parts.join(" · ")));
+}
+
+function download(msg, buffers) {
+  const blob = new Blob([buffers[0]], { type: msg.mime });
+  const url = URL.createObjectURL(blob);
+  const a = h("a", { href: url, download: msg.name, style: { display: "none" } });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+function render({ model, el }) {
+  const root = h("div", { class: "dni-panel dni-table-panel" });
+  el.append(root);
+  const filter = h("input", {
+    class: "dni-input dni-filter", type: "search", size: 34,
+    placeholder: "filter: text, or unit_score > 0.5 and hid = 'x'",
+    value: model.get("_filter"),
+    onchange: () => { model.set("_filter", filter.value); model.set("_page_index", 0); model.save_changes(); },
+  });
+  const head = h("div", { class: "dni-bar" });
+  const body = h("div", { class: "dni-table-wrap" });
+  const foot = h("div", { class: "dni-bar" });
+  root.append(head, body, foot);
+
+  function sortState(col) {
+    const s = model.get("_sort") || [];
+    return s.length && s[0][0] === col ? s[0][1] : null;
+  }
+
+  function clickHeader(col) {
+    // desc first: a person looks for the strongest units
+    const cur = sortState(col);
+    const next = cur === "desc" ? "asc" : cur === "asc" ? null : "desc";
+    model.set("_sort", next ? [[col, next]] : []);
+    model.set("_page_index", 0);
+    model.save_changes();
+  }
+
+  // Static parts of the header are built once: redrawing them on every progress
+  // update would steal the focus from the filter box while a person types.
+  const stateEl = h("span", { class: "dni-state" });
+  const progressEl = h("span", {});
+  const stopBtn = h("button", {
+    class: "dni-btn dni-stop", title: "stop the run after the block in flight",
+    onclick: () => model.send({ type: "stop" }),
+  }, "Stop");
+  const exp = (f) => h("button", { class: "dni-btn", title: `download the shown rows as ${f}`,
+    onclick: () => model.send({ type: "export", format: f }) }, `⤓ ${f}`);
+  const errorEl = h("div", { class: "dni-error", style: { flexBasis: "100%" } });
+  head.append(h("span", { class: "dni-title" }, "Scores"), stateEl, progressEl, stopBtn, filter,
+    exp("parquet"), exp("csv"), errorEl);
+
+  function drawHead() {
+    const st = model.get("_status") || {};
+    stateEl.textContent = st.state || "";
+    stateEl.dataset.state = st.state || "";
+    progressEl.replaceChildren(progressBar(st) || "");
+    const live = st.records_read !== undefined;
+    stopBtn.style.display = live ? "" : "none";
+    stopBtn.disabled = st.state !== "running" || !!st.stopping;
+    stopBtn.textContent = st.stopping ? "Stopping…" : "Stop";
+    errorEl.textContent = st.error || "";
+    errorEl.style.display = st.error ? "" : "none";
+  }
+
+  function drawBody() {
+    const page = model.get("_page") || {};
+    const cols = page.columns || [];
+    const kinds = page.kinds || [];
+    const keys = page.keys || [];
+    const reasons = page.reasons || [];
+    const sel = selKey(model.get("selection"));
+    const thead = h("tr", {}, cols.map((c) => {
+      const s = sortState(c);
+      return h("th", { "data-col": c, title: "sort", onclick: () => clickHeader(c) },
+        c, s === "desc" ? " ▼" : s === "asc" ? " ▲" : "");
+    }));
+    const rows = (page.rows || []).map((row, i) => {
+      const tr = h("tr", {
+        "data-key": keys[i] || "", class: keys[i] && keys[i] === sel ? "dni-selected" : null,
+        onclick: () => model.send({ type: "select", index: page.offset + i, key: keys[i] || "" }),
+      });
+      row.forEach((v, j) => {
+        const num = kinds[j] === "int" || kinds[j] === "float";
+        const title = v === null && reasons[i] ? reasons[i] : null;
+        tr.append(h("td", { class: num ? "dni-num" : null, title }, fmt(v)));
+      });
+      return tr;
+    });
+    const table = h("table", { class: "dni-table" }, h("thead", {}, thead), h("tbody", {}, rows));
+    body.replaceChildren(table);
+    drawFoot();
+    stamp(root, page.sent_at);
+    root.dataset.seq = String(page.seq || 0);
+  }
+
+  function drawFoot() {
+    const page = model.get("_page") || {};
+    const st = model.get("_status") || {};
+    foot.replaceChildren(
+      pager(page.page || 0, page.n_pages || 1, (i) => { model.set("_page_index", i); model.save_changes(); }),
+      h("span", { class: "dni-muted dni-count" },
+        `${fmt(st.n_rows ?? 0)} rows` + (st.n_total !== st.n_rows ? ` of ${fmt(st.n_total ?? 0)}` : "")),
+    );
+  }
+
+  function markSelection() {
+    const sel = selKey(model.get("selection"));
+    for (const tr of body.querySelectorAll("tbody tr")) {
+      tr.classList.toggle("dni-selected", !!sel && tr.dataset.key === sel);
+    }
+  }
+
+  const onMsg = (msg, buffers) => { if (msg && msg.type === "download") download(msg, buffers); };
+  const onStatus = () => { drawHead(); drawFoot(); };
+  model.on("change:_page", drawBody);
+  model.on("change:_status", onStatus);
+  model.on("change:_sort", drawBody);
+  model.on("change:selection", markSelection);
+  model.on("msg:custom", onMsg);
+  drawHead();
+  drawBody();
+  return () => {
+    model.off("change:_page", drawBody);
+    model.off("change:_status", onStatus);
+    model.off("change:_sort", drawBody);
+    model.off("change:selection", markSelection);
+    model.off("msg:custom", onMsg);
+  };
+}
+
+export default { render };

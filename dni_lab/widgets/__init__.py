@@ -1,0 +1,37 @@
+"""dni_lab's notebook panels (anywidget): Python owns the data, the browser the layout.
+
+Every panel exposes its data as a Polars frame (``.data``) and a ``selection``
+that linked panels follow. Nothing loads from a CDN: the ES modules ship in
+``dni_lab/js`` and the plots are rendered to SVG by vl-convert in the kernel.
+
+>>> from dni_lab.widgets import Lab
+>>> Lab(dl.inspect(..., background=True))                       # doctest: +SKIP
+"""
+
+from ._base import Panel, link_selection, selection_key
+from .charts import epoch_scores, heatmap, sorted_scores, verification
+from .image_overlay import ImageOverlay
+from .lab import Lab
+from .plots import Plot, to_svg
+from .query_builder import QueryBuilder
+from .table import ScoreTable, live_display, use_live_table
+from .text_overlay import TextOverlay
+
+__all__ = [
+    "ImageOverlay",
+    "Lab",
+    "Panel",
+    "Plot",
+    "QueryBuilder",
+    "ScoreTable",
+    "TextOverlay",
+    "epoch_scores",
+    "heatmap",
+    "link_selection",
+    "live_display",
+    "selection_key",
+    "sorted_scores",
+    "to_svg",
+    "use_live_table",
+    "verification",
+]

@@ -1,0 +1,119 @@
+"""Filtering, sorting and paging of a frame in Python: only the visible page travels.
+
+A page goes to the browser as column names, kinds and rows of plain values
+(a page is at most a few hundred rows, so this is a few kilobytes; the frame
+itself never leaves the kernel).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import polars as pl
+
+# A filter with one of these reads as an SQL condition; anything else is a text search.
+_SQLISH = re.compile(r"[=<>!]|\b(and|or|not|like|ilike|is|in|between)\b", re.IGNORECASE)
+
+
+def kind_of(dtype: pl.DataType) -> str:
+    """``"int"``, ``"float"``, ``"bool"`` or ``"str"``: how the browser formats a column."""
+    if dtype.is_integer():
+        return "int"
+    if dtype.is_float():
+        return "float"
+    if dtype == pl.Boolean:
+        return "bool"
+    return "str"
+
+
+def apply_filter(frame: pl.DataFrame, text: str) -> pl.DataFrame:
+    """Rows matching ``text``: an SQL condition (``unit_score > 0.5 and hid = 'paren'``)
+    or, without comparison operators, a case-insensitive search of the text columns.
+
+    Raises
+    ------
+    ValueError
+        If ``text`` reads as a condition but Polars' SQL cannot evaluate it.
+    """
+    text = (text or "").strip()
+    if not text or frame.height == 0:
+        return frame
+    if _SQLISH.search(text):
+        try:
+            return frame.sql(f"SELECT * FROM self WHERE {text}")
+        except Exception as exc:  # Polars raises several error types for bad SQL
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"cannot filter by {text!r}: {first}") from exc
+    needle = text.lower()
+    cols = [c for c, t in frame.schema.items() if t == pl.String]
+    if not cols:
+        return frame.clear()
+    cond = pl.any_horizontal(
+        pl.col(c).str.to_lowercase().str.contains(needle, literal=True).fill_null(False)
+        for c in cols
+    )
+    return frame.filter(cond)
+
+
+def apply_sort(frame: pl.DataFrame, sort: list[Any] | None) -> pl.DataFrame:
+    """Sort by ``[[column, "asc" | "desc"], ...]``; nulls last; unknown columns ignored.
+
+    The sort is stable, so rows equal on the keys keep the frame's order (which
+    makes a live table's rows stay put between blocks).
+    """
+    keys = [(c, d) for c, d in (sort or []) if c in frame.columns]
+    if not keys or frame.height < 2:
+        return frame
+    return frame.sort(
+        [c for c, _ in keys],
+        descending=[d == "desc" for _, d in keys],
+        nulls_last=True,
+        maintain_order=True,
+    )
+
+
+def n_pages(n_rows: int, page_size: int) -> int:
+    return max(1, math.ceil(n_rows / max(page_size, 1)))
+
+
+def page_payload(
+    view: pl.DataFrame, page: int, page_size: int, columns: list[str] | None = None
+) -> dict[str, Any]:
+    """The rows of page ``page`` of ``view`` as a small JSON-able dict.
+
+    Floats are rounded to 6 significant digits (the table shows 3 decimals; the
+    full values stay in the kernel) and NaN/inf become null so JSON stays valid.
+    """
+    page = min(max(page, 0), n_pages(view.height, page_size) - 1)
+    part = view.slice(page * page_size, page_size)
+    cols = [c for c in (columns or part.columns) if c in part.columns]
+    kinds = [kind_of(part.schema[c]) for c in cols]
+    data = []
+    for c, k in zip(cols, kinds, strict=True):
+        values = part[c].to_list()
+        if k == "float":
+            values = [_round(v) for v in values]
+        elif k == "str":
+            values = [v if v is None or isinstance(v, str) else str(v) for v in values]
+        data.append(values)
+    rows = [list(r) for r in zip(*data, strict=True)] if data else []
+    return {"columns": cols, "kinds": kinds, "rows": rows, "page": page, "offset": page * page_size}
+
+
+def _round(v: float | None) -> float | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return float(f"{v:.6g}")
+
+
+def row_keys(part: pl.DataFrame) -> list[str]:
+    """Selection keys (``mid|uid|hid``) of a page's rows; empty strings without those columns."""
+    if not {"mid", "uid"} <= set(part.columns):
+        return [""] * part.height
+    hid = part["hid"].to_list() if "hid" in part.columns else [None] * part.height
+    return [
+        f"{m}|{u}|{'' if h is None else h}"
+        for m, u, h in zip(part["mid"].to_list(), part["uid"].to_list(), hid, strict=True)
+    ]

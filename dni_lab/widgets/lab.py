@@ -1,0 +1,137 @@
+"""The lab dashboard: score table, overlay and plots with one linked selection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ipywidgets
+import numpy as np
+import polars as pl
+import traitlets
+
+from ..backend.run import Run
+from ._base import as_selection, link_selection, selection_key
+from .image_overlay import ImageOverlay
+from .plots import Plot
+from .query_builder import QueryBuilder
+from .table import ScoreTable
+from .text_overlay import TextOverlay
+
+
+def _is_image(record: Any) -> bool:
+    return getattr(np.asarray(record) if not isinstance(record, str) else record, "ndim", 0) >= 2
+
+
+class Lab(ipywidgets.VBox):
+    """Score table, activation overlay and plots that follow one selection.
+
+    Click a table row (or a plot's point) and the overlay shows that unit over
+    the records while the plots outline it. With ``builder=True`` a query
+    builder on top starts runs whose results stream into the table.
+
+    Parameters
+    ----------
+    source : Run, polars.DataFrame or None
+        A running inspection (live) or a score frame.
+    models, records, hypotheses : optional
+        What the overlay needs; taken from ``source`` when it is a run.
+    epochs : mapping, optional
+        ``{mid: epoch}``: adds the scores-across-epochs plot.
+    builder : bool
+        Show a query builder (needs ``models``, ``records`` and ``hypotheses``).
+    plots : sequence of str
+        Plot kinds to show (``"sorted"``, ``"heatmap"``, ``"epochs"``).
+    plot_interval : float
+        Seconds between plot refreshes while a run streams (SVG rendering costs
+        CPU the run would otherwise use).
+
+    Attributes
+    ----------
+    table, overlay, plots, builder
+        The panels, each with ``.data`` (a Polars frame) and ``.selection``.
+    """
+
+    selection = traitlets.Dict()
+
+    def __init__(
+        self,
+        source: Run | pl.DataFrame | None = None,
+        models: Any = None,
+        records: Sequence[Any] | None = None,
+        hypotheses: Any = None,
+        epochs: Mapping[str, Any] | None = None,
+        builder: bool = False,
+        plots: Sequence[str] = ("sorted", "heatmap"),
+        plot_interval: float = 5.0,
+        page_size: int = 15,
+    ) -> None:
+        if isinstance(source, Run):
+            # a query's run (QueryRun) has no single model list: pass models= etc. then
+            insp = source.inspection
+            models = models if models is not None else getattr(insp, "models", None)
+            if hypotheses is None:
+                hypotheses = getattr(insp, "families", None)
+            data = getattr(insp, "data", None)
+            if records is None and isinstance(data, Sequence):
+                records = data
+        self.table = ScoreTable(source, page_size=page_size)
+        self.builder = (
+            QueryBuilder(models, hypotheses, records, table=self.table) if builder else None
+        )
+        self.overlay: TextOverlay | ImageOverlay | None = None
+        if models is not None and records is not None and len(records):
+            cls = ImageOverlay if _is_image(records[0]) else TextOverlay
+            self.overlay = cls(models, records, hypotheses)
+        kinds = list(plots) + (["epochs"] if epochs and "epochs" not in plots else [])
+        self.plots = [
+            Plot(k, self.table.frame, **({"epochs": dict(epochs)} if k == "epochs" else {}))
+            for k in kinds
+        ]
+        self._interval, self._last_plot = plot_interval, 0.0
+        self.table.on_frame(self._on_frame)
+        panels = [self.table, *([self.overlay] if self.overlay else []), *self.plots]
+        top = ipywidgets.HBox(
+            [self.table, *([self.overlay] if self.overlay else [])],
+            layout=ipywidgets.Layout(align_items="flex-start", width="100%"),
+        )
+        rows: list[Any] = [self.builder] if self.builder else []
+        rows += [top, ipywidgets.HBox(self.plots, layout=ipywidgets.Layout(flex_flow="row wrap"))]
+        super().__init__(rows, layout=ipywidgets.Layout(width="100%"))
+        self._links = link_selection(*panels)
+        self._own = traitlets.link((self, "selection"), (self.table, "selection"))
+        for p in panels:  # share the width evenly between table and overlay
+            p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
+
+    @property
+    def data(self) -> pl.DataFrame:
+        """The score frame (the table's, all rows)."""
+        return self.table.frame
+
+    def select(self, value: Any) -> None:
+        """Select ``(mid, uid, hid)``, a dict or a one-row frame; every panel follows."""
+        sel = as_selection(value)
+        if "layer" not in sel and self.data.height:
+            rows = self.data.filter(
+                (pl.col("mid") == sel.get("mid")) & (pl.col("uid") == sel.get("uid"))
+            )
+            if rows.height:
+                sel = {**as_selection(rows.head(1)), **sel}
+        self.selection = sel
+
+    def _on_frame(self, frame: pl.DataFrame, final: bool) -> None:
+        now = time.perf_counter()
+        if not final and now - self._last_plot < self._interval:
+            return
+        self._last_plot = now
+        for p in self.plots:
+            p.update(frame)
+
+    def __repr__(self) -> str:
+        parts = [f"{self.table.frame.height} rows"]
+        if self.overlay is not None:
+            parts.append(type(self.overlay).__name__)
+        parts.append("plots " + ",".join(p.kind for p in self.plots))
+        key = selection_key(self.selection)
+        return f"<Lab: {', '.join(parts)}{', selected ' + key if key else ''}>"

@@ -1,0 +1,310 @@
+"""The score table: a score frame paged, sorted and filtered in Python, live while a run streams."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import traitlets
+
+from ..backend.frames import export as export_frame
+from ..backend.run import Run
+from ._base import Panel, as_selection, esm
+from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
+
+# Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
+DEFAULT_COLUMNS = (
+    "mid",
+    "layer",
+    "unit",
+    "uid",
+    "hid",
+    "measure",
+    "unit_score",
+    "group_score",
+    "err",
+    "n_records",
+    "converged",
+)
+HIDDEN = ("group", "reason")
+_MIME = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}
+
+
+class ScoreTable(Panel):
+    """A score frame as a table: live while a background run streams, block by block.
+
+    Parameters
+    ----------
+    source : polars.DataFrame, Run or None
+        A score frame, or a run handle (``dl.inspect(..., background=True)``)
+        whose frame the table follows until the run ends.
+    page_size : int
+        Rows per page; only the visible page travels to the browser.
+    sort : list, optional
+        Initial ``[[column, "asc" | "desc"], ...]``; by default the frame's own order
+        is kept until a person clicks a column header.
+    min_interval : float
+        Seconds between two live refreshes (blocks arriving faster are merged).
+
+    Attributes
+    ----------
+    frame : polars.DataFrame
+        The whole score frame as of now.
+    data : polars.DataFrame
+        The rows the table shows, filtered and sorted (all pages).
+    selection : dict
+        The clicked row's ``{mid, uid, hid, layer, unit, measure}``.
+    """
+
+    _esm = esm("table")
+    page_size = traitlets.Int(25).tag(sync=True)
+    # wire format: the browser writes these three ...
+    _sort = traitlets.List().tag(sync=True)
+    _filter = traitlets.Unicode("").tag(sync=True)
+    _page_index = traitlets.Int(0).tag(sync=True)
+    # ... and Python answers with the visible page and the run's progress
+    _page = traitlets.Dict().tag(sync=True)
+    _status = traitlets.Dict().tag(sync=True)
+
+    def __init__(
+        self,
+        source: pl.DataFrame | Run | None = None,
+        page_size: int = 25,
+        sort: list[Any] | None = None,
+        columns: list[str] | None = None,
+        min_interval: float = 0.1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(page_size=page_size, _sort=list(sort or []), **kwargs)
+        self._lock = threading.RLock()
+        self._columns = list(columns) if columns else None
+        self._min_interval = min_interval
+        self._last_push = 0.0
+        self._seq = 0
+        self._frame: pl.DataFrame = pl.DataFrame()
+        self._view: pl.DataFrame = pl.DataFrame()
+        self._error = ""
+        self.run: Run | None = None
+        self._stop_requested = False
+        self._frame_callbacks: list[Callable[[pl.DataFrame, bool], None]] = []
+        self.on_msg(self._on_message)
+        self.observe(self._on_view_change, names=["_sort", "_filter", "page_size"])
+        self.observe(self._on_page_change, names=["_page_index"])
+        if isinstance(source, pl.DataFrame):
+            self.frame = source
+        elif source is not None:
+            self.watch(source)
+        else:
+            self._refresh()
+
+    # -- public -----------------------------------------------------------------
+    @property
+    def frame(self) -> pl.DataFrame:
+        return self._frame
+
+    @frame.setter
+    def frame(self, frame: pl.DataFrame) -> None:
+        with self._lock:
+            self._frame = frame
+            self._refresh()
+        self._notify_frame(True)
+
+    def on_frame(self, callback: Callable[[pl.DataFrame, bool], None]) -> None:
+        """Call ``callback(frame, final)`` when the frame changes (``final``: the run ended
+        or the frame was set by hand); linked plots use it."""
+        self._frame_callbacks.append(callback)
+
+    def _notify_frame(self, final: bool) -> None:
+        for cb in list(self._frame_callbacks):
+            cb(self._frame, final)
+
+    @property
+    def data(self) -> pl.DataFrame:
+        return self._view
+
+    def watch(self, run: Run) -> ScoreTable:
+        """Follow ``run``: refresh after each block and once when it ends."""
+        self.run = run
+        run.on_block(self._on_block)
+        self._stop_requested = False
+        with self._lock:
+            self._frame = run.frame
+            self._refresh()
+        self._notify_frame(run.done)
+        return self
+
+    def stop(self) -> None:
+        """Cancel the watched run after the block in flight (the Stop button)."""
+        if self.run is not None:
+            self.run.cancel()
+            self._stop_requested = True
+            self._push_status()
+
+    def update(self) -> None:
+        """Show the watched run's current frame now (the ``%%inspect`` magic calls this from
+        the kernel's main thread; blocks arriving faster than ``min_interval`` are merged)."""
+        if self.run is not None:
+            self._on_block(self.run)
+
+    def finish(self) -> None:
+        """Show the run's final frame and state."""
+        if self.run is not None:
+            with self._lock:
+                self._frame = self.run.frame
+                self._refresh()
+            self._notify_frame(True)
+
+    def sort_by(self, column: str, descending: bool = True) -> None:
+        self._sort = [[column, "desc" if descending else "asc"]]
+
+    def filter(self, text: str) -> None:
+        """Show rows matching an SQL condition or containing ``text`` (see ``_paging``)."""
+        self._filter = text
+
+    def export(self, path: str | Path) -> Path:
+        """Write the shown rows (:attr:`data`) as Parquet, CSV, Arrow or JSON, by suffix."""
+        params_of = getattr(getattr(self.run, "inspection", None), "params", None)
+        params = params_of() if callable(params_of) else None
+        return export_frame(self._view, path, params)
+
+    def select_row(self, index: int) -> dict[str, Any]:
+        """Select row ``index`` of :attr:`data` (what a click on a row does)."""
+        self.selection = as_selection(self._view.slice(index, 1))
+        return self.selection
+
+    def _select(self, index: int, key: str) -> None:
+        # The view may have changed (a live block) between the page's drawing and the
+        # click: trust the row's key over its position.
+        with self._lock:
+            view = self._view
+            if key and row_keys(view.slice(index, 1)) != [key]:
+                hits = [i for i, k in enumerate(row_keys(view)) if k == key]
+                if not hits:
+                    return
+                index = hits[0]
+            self.selection = as_selection(view.slice(index, 1))
+
+    def _describe(self) -> str:
+        shown = f"{self._view.height} of {self._frame.height} rows"
+        return f"{shown}, {self._state()}" if self.run is not None else shown
+
+    # -- refresh ----------------------------------------------------------------
+    def _on_block(self, run: Run) -> None:
+        # Called from the run's worker thread: merge blocks that arrive faster than
+        # the browser can usefully redraw, but always show the last one.
+        now = time.perf_counter()
+        if not run.done and now - self._last_push < self._min_interval:
+            self._push_status()
+            return
+        with self._lock:
+            self._frame = run.frame
+            self._refresh()
+        self._notify_frame(run.done)
+
+    def _on_view_change(self, _change: Any) -> None:
+        with self._lock:
+            self._refresh()
+
+    def _on_page_change(self, _change: Any) -> None:
+        with self._lock:
+            self._push_page()
+
+    def _refresh(self) -> None:
+        """Recompute the view (filter, sort) and send the visible page and status."""
+        try:
+            view = apply_filter(self._frame, self._filter)
+            self._error = ""
+        except ValueError as exc:
+            view, self._error = self._frame, str(exc)
+        self._view = apply_sort(view, self._sort)
+        self._push_page()
+
+    def _push_page(self) -> None:
+        cols = self._columns or [c for c in DEFAULT_COLUMNS if c in self._view.columns] + [
+            c for c in self._view.columns if c not in DEFAULT_COLUMNS and c not in HIDDEN
+        ]
+        page = page_payload(self._view, self._page_index, self.page_size, cols)
+        part = self._view.slice(page["offset"], self.page_size)
+        page["keys"] = row_keys(part)
+        page["reasons"] = part["reason"].to_list() if "reason" in part.columns else []
+        page["n_pages"] = n_pages(self._view.height, self.page_size)
+        self._seq += 1
+        page["seq"] = self._seq
+        page["sent_at"] = time.time() * 1000.0
+        self._last_push = time.perf_counter()
+        with self.hold_sync():
+            self._page = page
+            self._push_status()
+
+    def _state(self) -> str:
+        if self.run is None:
+            return "static"
+        p = self.run.progress
+        if self.run.error is not None:
+            return "failed"
+        return "cancelled" if p.cancelled else "done" if self.run.done else "running"
+
+    def _push_status(self) -> None:
+        status: dict[str, Any] = {
+            "n_rows": self._view.height,
+            "n_total": self._frame.height,
+            "state": self._state(),
+            "error": self._error or (repr(self.run.error) if self.run and self.run.error else ""),
+        }
+        if self.run is not None:
+            p = self.run.progress
+            left = p.time_left_s
+            status.update(
+                records_read=p.records_read,
+                total_records=p.total_records,
+                blocks=p.blocks,
+                share_converged=round(p.share_converged, 4),
+                time_left_s=None if left is None else round(left, 1),
+                stopping=self._stop_requested and not p.done,
+            )
+        self._status = status
+
+    # -- messages from the browser ------------------------------------------------
+    def _on_message(self, _widget: Any, content: dict[str, Any], _buffers: list) -> None:
+        kind = content.get("type")
+        if kind == "stop":
+            self.stop()
+        elif kind == "select":
+            self._select(int(content["index"]), content.get("key", ""))
+        elif kind == "export":
+            fmt = content.get("format", "parquet")
+            self.send(*self._export_bytes(fmt))
+
+    def _export_bytes(self, fmt: str) -> tuple[dict[str, Any], list[bytes]]:
+        if fmt not in _MIME:
+            raise ValueError(f"cannot export as {fmt!r}; use 'parquet' or 'csv'.")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self.export(Path(tmp) / f"scores.{fmt}")
+            payload = path.read_bytes()
+        msg = {"type": "download", "name": f"scores.{fmt}", "mime": _MIME[fmt]}
+        return msg, [payload]
+
+
+def live_display(run: Run) -> ScoreTable:
+    """A live score table for ``run``: a view for the ``%%inspect`` magic's display hook."""
+    return ScoreTable(run)
+
+
+def use_live_table(enable: bool = True) -> None:
+    """Make ``%%inspect`` show a live :class:`ScoreTable` instead of its progress bar.
+
+    Sets the magic's replaceable hook ``dni_lab.magic.live_display``; ``enable=False``
+    puts the magic's own display back. While the magic's cell runs, the kernel reads no
+    browser messages, so sorting and Stop act once the cell ends (interrupt the kernel to
+    stop early); the table itself updates block by block.
+    """
+    from .. import magic
+
+    if not hasattr(magic, "_default_live_display"):
+        magic._default_live_display = magic.live_display
+    magic.live_display = live_display if enable else magic._default_live_display

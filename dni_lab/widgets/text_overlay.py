@@ -1,0 +1,246 @@
+"""Text overlay: records symbol by symbol, coloured by selected units' behavior."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import traitlets
+
+from ._base import Panel, as_selection, esm, selection_key
+from ._behavior import BehaviorSource, unit_ready
+from ._paging import n_pages
+
+
+def default_symbols(record: Any) -> list[str]:
+    """Characters of a string, tokens of a sequence, else the record as one symbol."""
+    if isinstance(record, str):
+        return list(record)
+    if isinstance(record, (list, tuple)):
+        return [str(t) for t in record]
+    return [str(record)]
+
+
+class TextOverlay(Panel):
+    """Records drawn symbol by symbol, the background the unit's behavior.
+
+    The selected unit (and any pinned units, side by side) colour each symbol
+    with a diverging map centred on 0; under each record a thin second track
+    shows the selection's hypothesis signal, aligned symbol by symbol.
+
+    Parameters
+    ----------
+    models : Model, list or mapping
+        Models named by selections' ``mid``.
+    records : sequence
+        Records to show (strings, token lists).
+    hypotheses : list, optional
+        Hypotheses and families; the selection's ``hid`` picks the second track.
+    selection : dict, optional
+        ``{mid, layer, unit, uid, hid}``; usually linked to a score table's.
+    page_size : int
+        Records per page.
+    symbols : callable, optional
+        ``record -> list of display strings``, one per symbol.
+    device : str
+        Device for the forward passes (default CPU, leaving an accelerator to runs).
+
+    Attributes
+    ----------
+    pinned : list of dict
+        Units kept beside the selection (the pin button adds the selection).
+    data : polars.DataFrame
+        The page in long form: ``record, position, symbol, key, activation, signal``.
+    """
+
+    _esm = esm("text_overlay")
+    page_size = traitlets.Int(20).tag(sync=True)
+    pinned = traitlets.List().tag(sync=True)
+    _order = traitlets.Unicode("index").tag(sync=True)
+    _page_index = traitlets.Int(0).tag(sync=True)
+    _layout = traitlets.Dict().tag(sync=True)
+    _values = traitlets.Bytes(b"").tag(sync=True)
+    _signals = traitlets.Bytes(b"").tag(sync=True)
+
+    def __init__(
+        self,
+        models: Any,
+        records: Sequence[Any],
+        hypotheses: Any = None,
+        selection: Any = None,
+        page_size: int = 20,
+        symbols: Callable[[Any], list[str]] | None = None,
+        device: str = "cpu",
+        **kwargs: Any,
+    ) -> None:
+        self.source = BehaviorSource(models, records, hypotheses, device)
+        self._symbols = symbols or default_symbols
+        self._data = pl.DataFrame()
+        self.error = ""
+        super().__init__(page_size=page_size, selection=as_selection(selection), **kwargs)
+        self.observe(self._on_units, names=["selection", "pinned", "_order"])
+        self.observe(self._on_page, names=["_page_index", "page_size"])
+        self.refresh()
+
+    @property
+    def data(self) -> pl.DataFrame:
+        return self._data
+
+    @property
+    def units(self) -> list[dict[str, Any]]:
+        """The shown units: the selection first, then the pinned ones (no duplicates)."""
+        out, seen = [], set()
+        for u in [self.selection, *self.pinned]:
+            key = selection_key(u)
+            if unit_ready(u) and key not in seen:
+                seen.add(key)
+                out.append(dict(u))
+        return out
+
+    def pin(self, unit: Any = None) -> None:
+        """Keep ``unit`` (default: the selection) on screen when the selection moves on."""
+        u = as_selection(unit) if unit is not None else dict(self.selection)
+        if unit_ready(u) and selection_key(u) not in {selection_key(p) for p in self.pinned}:
+            self.pinned = [*self.pinned, u]
+
+    def sort_records(self, how: str = "top") -> None:
+        """Order records by the first unit's peak: ``"top"``, ``"bottom"`` or ``"index"``."""
+        self._order = how
+
+    def _describe(self) -> str:
+        lay = self._layout
+        return (
+            f"{len(self.source.records)} records, {len(self.units)} units, "
+            f"page {lay.get('page', 0) + 1}/{lay.get('n_pages', 1)}, order {self._order}"
+        )
+
+    # -- computing a page ---------------------------------------------------------
+    def _on_units(self, _change: Any) -> None:
+        if self._page_index != 0:
+            self._page_index = 0  # its observer refreshes
+        else:
+            self.refresh()
+
+    def _on_page(self, _change: Any) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the visible page and send it (errors are shown in the panel)."""
+        try:
+            self._compute()
+            self.error = ""
+        except Exception as exc:  # a bad selection must not break the comm handler
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._layout = {**self._layout, "error": self.error}
+
+    def _compute(self) -> None:
+        units = self.units
+        order = self.source.order(units[0] if units else None, self._order)
+        pages = n_pages(len(order), self.page_size)
+        page = min(max(self._page_index, 0), pages - 1)
+        idx = order[page * self.page_size : (page + 1) * self.page_size].tolist()
+        recs = [self.source.records[i] for i in idx]
+        syms = [self._symbols(r) for r in recs]
+        lengths = [len(s) for s in syms]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(int)
+        total = int(offsets[-1])
+        values = np.zeros((len(units), total), np.float32)
+        signals = np.full((len(units), total), np.nan, np.float32)
+        meta, frames = [], []
+        for u, sel in enumerate(units):
+            acts = self.source.activations(sel, idx)
+            model = self.source.model(sel["mid"])
+            sig = self.source.signal(sel.get("hid"), idx, model)
+            for r, a in enumerate(acts):
+                n = min(len(a), lengths[r])
+                values[u, offsets[r] : offsets[r] + n] = a[:n]
+                if sig:
+                    signals[u, offsets[r] : offsets[r] + n] = sig[r][:n]
+            scale, scope = self._scale(sel, values[u])
+            meta.append(_unit_meta(sel, scale, scope, signals[u] if sig else None))
+            frames.append(_long(idx, syms, values[u], signals[u], selection_key(sel)))
+        self._data = pl.concat(frames) if frames else pl.DataFrame()
+        with self.hold_sync():  # one message: the browser draws once, with matching arrays
+            self._values = values.tobytes()
+            self._signals = signals.tobytes()
+            self._set_layout(idx, syms, offsets, total, meta, page, pages, len(order))
+
+    def _set_layout(
+        self,
+        idx: list[int],
+        syms: list[list[str]],
+        offsets: np.ndarray,
+        total: int,
+        meta: list[dict[str, Any]],
+        page: int,
+        pages: int,
+        n_records: int,
+    ) -> None:
+        self._layout = {
+            "records": [
+                {"index": int(i), "symbols": s, "offset": int(o)}
+                for i, s, o in zip(idx, syms, offsets[:-1], strict=True)
+            ],
+            "n_symbols": total,
+            "units": meta,
+            "page": page,
+            "n_pages": pages,
+            "n_records": n_records,
+            "order": self._order,
+            "sent_at": time.time() * 1000.0,
+            "error": "",
+        }
+
+    def _scale(self, sel: dict[str, Any], page_values: np.ndarray) -> tuple[float, str]:
+        """Colour scale ±max|behavior|: over all records once they were scanned for
+        ordering (stable across pages), else over the page."""
+        key = (sel["mid"], sel["layer"], int(sel["unit"]))
+        pk = self.source._peaks.get(key)
+        if pk is not None and np.isfinite(pk).any():
+            return float(np.nanmax(np.abs(pk))) or 1.0, "all records"
+        m = float(np.abs(page_values).max()) if page_values.size else 0.0
+        return m or 1.0, "this page"
+
+
+def _unit_meta(
+    sel: dict[str, Any], scale: float, scope: str, signal: np.ndarray | None
+) -> dict[str, Any]:
+    label = f"{sel['mid']} {sel['layer']}[{sel['unit']}]"
+    out = {
+        "key": selection_key(sel),
+        "label": label,
+        "hid": sel.get("hid"),
+        "scale": scale,
+        "scale_of": scope,
+        "signal": None,
+    }
+    if signal is not None and np.isfinite(signal).any():
+        out["signal"] = [float(np.nanmin(signal)), float(np.nanmax(signal))]
+    return out
+
+
+def _long(idx: list[int], syms: list[list[str]], vals: np.ndarray, sig: np.ndarray, key: str):
+    rec = np.repeat(np.asarray(idx, dtype=np.int64), [len(s) for s in syms])
+    pos = np.concatenate([np.arange(len(s)) for s in syms]) if syms else np.zeros(0, np.int64)
+    return pl.DataFrame(
+        {
+            "record": rec,
+            "position": pos.astype(np.int64),
+            "symbol": [c for s in syms for c in s],
+            "key": [key] * len(rec),
+            "activation": vals,
+            "signal": sig,
+        },
+        schema={
+            "record": pl.Int64,
+            "position": pl.Int64,
+            "symbol": pl.String,
+            "key": pl.String,
+            "activation": pl.Float32,
+            "signal": pl.Float32,
+        },
+        nan_to_null=True,
+    )

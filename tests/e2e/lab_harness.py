@@ -1,0 +1,169 @@
+"""Start a private JupyterLab and drive Debian's Chromium through Playwright.
+
+JupyterLab runs as a child process on 127.0.0.1 with a random token, a free port
+and every Jupyter directory inside a temporary folder, so a test neither reads
+nor writes the user's settings and reaches nothing outside this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_notebook(path: Path, cells: Sequence[str]) -> Path:
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": src,
+            }
+            for i, src in enumerate(cells)
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+@contextlib.contextmanager
+def jupyter_lab(root: Path, timeout: float = 90.0) -> Iterator[str]:
+    """Run JupyterLab on ``root``; yields the base URL (``http://127.0.0.1:PORT``)."""
+    port, token = free_port(), secrets.token_hex(16)
+    home = root / ".jupyter-home"
+    for d in ("config", "data", "runtime", "settings", "workspaces"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+    # no "official Jupyter news?" prompt over the page (and no fetch of the news feed)
+    news = home / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True, exist_ok=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_TOKEN": token,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--allow-root",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        f"--IdentityProvider.token={token}",
+        f"--LabApp.user_settings_dir={home / 'settings'}",
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    log = open(root / "jupyterlab.log", "w")  # closed in the finally below
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited: {(root / 'jupyterlab.log').read_text()}")
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("JupyterLab did not start in time") from None
+                time.sleep(0.5)
+        yield f"{base}|{token}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@contextlib.contextmanager
+def chromium_page(viewport: tuple[int, int] = (1500, 1000)) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            yield page
+        finally:
+            browser.close()
+
+
+def open_notebook(page: Any, server: str, name: str) -> None:
+    base, token = server.split("|")
+    page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # the kernel is ready when the status shows Idle
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+
+
+def run_cell(page: Any, index: int, tries: int = 3) -> None:
+    """Run cell ``index`` as a person would: click into it, Shift+Enter; then wait until
+    its prompt shows it queued or ran (a key press before the editor is ready is lost)."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    prompt = cell.locator(".jp-InputArea-prompt")
+    for _ in range(tries):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if re.search(r"\[(\*|\d+)\]", prompt.inner_text()):
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"cell {index} did not start: prompt {prompt.inner_text()!r}")
+
+
+def wait_idle(page: Any, timeout: float = 60.0) -> None:
+    page.wait_for_selector(
+        ".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=timeout * 1000
+    )
+
+
+def cell_output(page: Any, index: int) -> str:
+    return page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()

@@ -1,0 +1,152 @@
+"""End to end: a live inspection in a real JupyterLab, driven through Debian's Chromium."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from .lab_harness import (
+    CHROMIUM,
+    cell_output,
+    chromium_page,
+    jupyter_lab,
+    open_notebook,
+    run_cell,
+    wait_idle,
+    write_notebook,
+)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+SETUP = """\
+import sys, time
+sys.path.insert(0, {tests!r})
+import dni_lab as dl
+from conftest import CharLM, encode_chars, random_records
+from dni_lab.widgets import Lab
+import torch
+torch.manual_seed(0)
+model = dl.Model(CharLM(), encode=encode_chars, name="toy")
+records = random_records(6000)
+
+@dl.hypothesis
+def paren(r):
+    time.sleep(0.002)  # slow enough that a person sees the run stream block by block
+    return [c in "()" for c in r]
+
+@dl.hypothesis(kind="continuous")
+def position(r):
+    return list(range(len(r)))
+
+run = dl.inspect(models=[model], hypotheses=[paren, position], data=records,
+                 units=[("lstm", "*")], eps=None, block_size=48, background=True, cache=False)
+"""
+SHOW = "lab = Lab(run, plot_interval=2.0)\nlab"
+CHECK = (
+    'print("FRAME", lab.data.shape, "cancelled", run.progress.cancelled, '
+    '"sel", lab.overlay.selection.get("uid"), "rows", lab.table.data.height)'
+)
+
+
+@pytest.fixture
+def shots(tmp_path):
+    d = tmp_path / "screenshots"
+    d.mkdir()
+    return d
+
+
+def test_live_inspection_in_jupyterlab(tmp_path, shots):
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    write_notebook(tmp_path / "live.ipynb", [SETUP.format(tests=tests_dir), SHOW, CHECK])
+    with jupyter_lab(tmp_path) as server, chromium_page() as page:
+        try:
+            _drive(page, server, shots)
+        except BaseException:
+            path = shots / "failure.png"
+            page.screenshot(path=str(path), full_page=True)
+            print(f"screenshot of the failure: {path}")
+            raise
+
+
+def _drive(page, server: str, shots: Path) -> None:
+    open_notebook(page, server, "live.ipynb")
+    run_cell(page, 0)
+    run_cell(page, 1)
+    table = page.locator(".dni-table-panel")
+    table.wait_for(timeout=60_000)
+
+    # rows arrive while the run is still going
+    page.wait_for_selector(".dni-table-panel tbody tr", timeout=60_000)
+    state = table.locator(".dni-state")
+    assert state.get_attribute("data-state") == "running", state.inner_text()
+    first = _records_read(page)
+    page.wait_for_function(
+        "n => { const t = document.querySelector('.dni-progress-text');"
+        " return t && parseInt(t.textContent.replace(/,/g, '')) > n; }",
+        arg=first,
+        timeout=30_000,
+    )
+    assert state.get_attribute("data-state") == "running"
+
+    # a click on a row selects its unit: the overlay shows it
+    overlay = page.locator(".dni-text-overlay")
+    assert overlay.locator(".dni-empty").count() == 1
+    rows = table.locator("tbody tr")
+    key0 = rows.nth(0).get_attribute("data-key")
+    rows.nth(0).click()
+    page.wait_for_selector(f".dni-text-overlay .dni-unit-col[data-key='{key0}']", timeout=30_000)
+    spans0 = overlay.locator(".dni-seq span").count()
+    assert spans0 > 0
+    key3 = rows.nth(3).get_attribute("data-key")
+    rows.nth(3).click()
+    page.wait_for_selector(f".dni-text-overlay .dni-unit-col[data-key='{key3}']", timeout=30_000)
+    assert page.locator(f".dni-table-panel tr.dni-selected[data-key='{key3}']").count() == 1
+    # the plots follow: the heatmap outlines the selected unit's cell
+    page.wait_for_selector(".dni-plot a.dni-sel", timeout=30_000)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+    page.locator(".dni-plot").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "plots.png"))
+
+    # sorting a column, in Python, comes back as a sorted page
+    table.locator("th[data-col='unit_score']").click()
+    page.wait_for_selector("th[data-col='unit_score']:has-text('▼')", timeout=15_000)
+    page.wait_for_function(
+        """() => {
+          const th = [...document.querySelectorAll('.dni-table-panel th')];
+          const j = th.findIndex(t => t.dataset.col === 'unit_score');
+          const v = [...document.querySelectorAll('.dni-table-panel tbody tr')]
+            .map(tr => parseFloat(tr.children[j].textContent)).filter(x => !isNaN(x));
+          return v.length > 1 && v.every((x, i) => i === 0 || v[i - 1] >= x);
+        }""",
+        timeout=15_000,
+    )
+
+    # Stop: the run ends early, cancelled
+    table.locator("button.dni-stop").click()
+    page.wait_for_selector(".dni-table-panel .dni-state[data-state='cancelled']", timeout=60_000)
+    assert _records_read(page) < 6000
+
+    # the frame is back in the kernel
+    wait_idle(page)
+    run_cell(page, 2)
+    deadline = time.monotonic() + 30
+    out = ""
+    while time.monotonic() < deadline and "FRAME" not in out:
+        time.sleep(0.3)
+        out = cell_output(page, 2)
+    m = re.search(r"FRAME \((\d+), (\d+)\) cancelled (\w+) sel (\d+) rows (\d+)", out)
+    assert m, out
+    assert int(m[1]) == 24 and m[3] == "True" and int(m[5]) == 24
+    assert key3.split("|")[1] == m[4]
+
+
+def _records_read(page) -> int:
+    text = page.locator(".dni-progress-text").inner_text()
+    return int(text.split(" ")[0].replace(",", ""))
