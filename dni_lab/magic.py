@@ -84,9 +84,14 @@ class ProgressView:
 
 
 def live_display(run: QueryRun) -> LiveView:
-    """The view of ``run`` the cell shows while it goes on: the hook a live score table
-    replaces (``dni_lab.magic.live_display = fn``); see :class:`LiveView`."""
-    return ProgressView(run)
+    """The view of ``run`` the cell shows while it goes on: the live score table, or a
+    progress bar where the widgets cannot load. Replaceable
+    (``dni_lab.magic.live_display = fn``); see :class:`LiveView`."""
+    try:
+        from .widgets.table import ScoreTable
+    except ImportError:  # anywidget missing: the progress bar still tells the story
+        return ProgressView(run)
+    return ScoreTable(run)
 
 
 def _in_kernel() -> bool:

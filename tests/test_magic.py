@@ -129,12 +129,25 @@ def test_live_display_is_a_replaceable_hook(session, monkeypatch):
     assert len(views) == 1  # --no-live shows nothing
 
 
-def test_default_progress_view_and_text(session, monkeypatch):
-    pytest.importorskip("ipywidgets")
+def test_default_live_view_is_the_score_table(session):
+    pytest.importorskip("anywidget")
+    from dni_lab.widgets import ScoreTable
+
     _, cat = session
     run = dl.query(PAPER_QUERY, catalog=cat, namespace={}, background=True)
     run.wait()
     view = magic.live_display(run)
+    assert isinstance(view, ScoreTable)
+    view.finish()
+    assert view.frame.height == run.frame.height
+
+
+def test_progress_view_and_text(session, monkeypatch):
+    pytest.importorskip("ipywidgets")
+    _, cat = session
+    run = dl.query(PAPER_QUERY, catalog=cat, namespace={}, background=True)
+    run.wait()
+    view = magic.ProgressView(run)
     view.finish()
     assert view.bar.value == view.bar.max == 80 and view.bar.bar_style == "success"
     assert magic.progress_text(run).startswith("done: 80/80 records, ")
