@@ -242,3 +242,18 @@ def test_converged_hypotheses_stop_being_evaluated():
     n = dict(zip(f["hid"], f["n_records"], strict=True))
     assert n["strong"] < n["weak"] < 20_000
     assert calls["strong"] == n["strong"] and calls["weak"] == n["weak"]
+
+
+def test_joint_measure_scores_each_unit_group(char_model, records, hyps):
+    f = dl.inspect(
+        [char_model], hyps, ["logreg", "corr"], records,
+        units=[("lstm.l0", "*"), ("lstm", "*")], eps=None,
+    )  # fmt: skip
+    lr = f.filter(pl.col("measure") == "logreg")
+    assert sorted(lr["group"].unique()) == ["lstm.l0[*]", "lstm[*]"]
+    paren = lr.filter(pl.col("hid") == "paren")
+    # one F1 per (group, hypothesis), broadcast over the group's units
+    assert paren.group_by("group").agg(pl.col("group_score").n_unique())["group_score"].max() == 1
+    assert paren["group_score"].min() > 0.5  # parentheses are easy to read off an LSTM
+    pos = lr.filter(pl.col("hid") == "position")
+    assert pos["unit_score"].is_null().all() and "continuous" in pos["reason"][0]
