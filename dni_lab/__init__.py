@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from .backend import examples, verify
 from .backend.api import inspect
 from .backend.cache import HypothesisCache
 from .backend.engine import Progress
@@ -44,6 +45,7 @@ __all__ = [
     "Progress",
     "QueryError",
     "Run",
+    "examples",
     "export",
     "get_measure",
     "hypothesis",
@@ -51,6 +53,7 @@ __all__ = [
     "inspect",
     "query",
     "read_params",
+    "verify",
 ]
 
 

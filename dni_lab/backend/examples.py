@@ -1,0 +1,256 @@
+"""By-example queries (DeepEverest): from units back to the inputs that drive them.
+
+* :func:`topk` — the k records with the highest activation of a neuron group,
+  the group's activation being the ``sum``, ``mean`` or ``max`` over its units;
+* :func:`knn` — the k records nearest to a target record in the group's
+  activation space (L2 or cosine distance).
+
+**A record's activation of a unit** is one number per record: an aggregate of
+the unit's activation over the record's symbols, ``max`` by default ("does the
+record drive the unit high anywhere?"), or ``mean`` or ``last`` (the final
+state of a recurrent model, a summary of the whole record).
+
+Each query answers by a full scan (run the model on every record) or, given a
+:class:`~.examples_index.NeuronIndex` of the layer, by DeepEverest's Neural
+Threshold Algorithm, which runs the model only on candidate batches and stops
+once no unseen record can enter the answer: the same answer as the scan,
+usually after reading a fraction of the data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from .examples_acts import Activations, aggregate_symbols, choice
+from .examples_index import NeuronIndex
+from .models import Model
+from .verify_common import check_units
+
+__all__ = [
+    "Activations",
+    "ExampleResult",
+    "NeuronIndex",
+    "aggregate_symbols",
+    "distances",
+    "group_score",
+    "knn",
+    "topk",
+]
+
+GROUP_AGGS = ("sum", "mean", "max")
+METRICS = ("l2", "cosine")
+
+
+def group_score(acts: np.ndarray, agg: str) -> np.ndarray:
+    """Score of each row of ``(N, g)`` group activations: sum, mean or max over the group."""
+    return {"sum": np.sum, "mean": np.mean, "max": np.max}[agg](
+        np.asarray(acts, np.float64), axis=-1
+    )
+
+
+def distances(acts: np.ndarray, target: np.ndarray, metric: str) -> np.ndarray:
+    """L2 or cosine distance of every row of ``acts`` to ``target`` (zero vectors: cosine 1)."""
+    a, t = np.asarray(acts, np.float64), np.asarray(target, np.float64)
+    if metric == "l2":
+        return np.sqrt(((a - t) ** 2).sum(-1))
+    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(t)
+    return 1.0 - np.divide(a @ t, den, out=np.zeros(len(a)), where=den > 0)
+
+
+def best(
+    ids: np.ndarray, values: np.ndarray, k: int, largest: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best (id, value) pairs; ties go to the lower id, as in every query here."""
+    ids, values = np.asarray(ids), np.asarray(values, np.float64)
+    order = np.lexsort((ids, -values if largest else values))[:k]
+    return ids[order], values[order]
+
+
+@dataclass
+class ExampleResult:
+    """A by-example answer and what it cost.
+
+    Attributes
+    ----------
+    frame : polars.DataFrame
+        ``rank``, ``record`` (position in the dataset) and ``score`` or ``distance``.
+    evaluated : int
+        Records run through the model (the target included).
+    n_records : int
+        Size of the dataset.
+    seconds : float
+        Wall time of the query.
+    method : str
+        ``"scan"`` or ``"nta"``.
+    stats : dict
+        Method details (NTA rounds, why a scan was used).
+    """
+
+    frame: pl.DataFrame
+    evaluated: int
+    n_records: int
+    seconds: float
+    method: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def share_evaluated(self) -> float:
+        return self.evaluated / max(self.n_records, 1)
+
+
+def _frame(ids, values, col) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "rank": np.arange(1, len(ids) + 1),
+            "record": np.asarray(ids, np.int64),
+            col: np.asarray(values, np.float64),
+        }
+    )
+
+
+def _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device) -> Activations:
+    ev = Activations(model, records, layer, units, symbol_agg, batch_size, device)
+    if index is not None:
+        index.check(model, records, ev.resolve()[0], symbol_agg)
+    return ev
+
+
+def topk(
+    model: Model,
+    records: Sequence[Any],
+    layer: str | int,
+    units: Sequence[int],
+    k: int = 10,
+    agg: str = "sum",
+    index: Any = None,
+    symbol_agg: str = "max",
+    batch_size: int = 256,
+    device: str | torch.device = "auto",
+    mai_chunk: int | None = None,
+) -> ExampleResult:
+    """The ``k`` records with the highest group activation (``agg`` over ``units``).
+
+    Parameters
+    ----------
+    model, records, layer
+        The model, the dataset (records are named by position), and the layer.
+    units : sequence of int
+        The neuron group: indices within ``layer``.
+    k : int
+        Records to return.
+    agg : {"sum", "mean", "max"}
+        A record's group activation from its units' activations.
+    index : NeuronIndex, optional
+        A fitted index of ``layer`` over the same records and ``symbol_agg``: the
+        Neural Threshold Algorithm answers, running the model on candidates only.
+        Without it, a full scan answers. Both give the same records and scores.
+    symbol_agg : {"max", "mean", "last"}
+        A record's activation of a unit from its symbols' (see the module docstring).
+    batch_size, device
+        Records per forward pass, and where the model runs.
+    mai_chunk : int, optional
+        Records per MAI segment read by the NTA (default: ``max(k, 32)``, at most a
+        partition); smaller chunks read fewer records in more rounds.
+
+    Returns
+    -------
+    ExampleResult
+        ``frame`` (``rank``, ``record``, ``score``; ties go to the lower record),
+        ``evaluated`` records, time and method.
+    """
+    choice(agg, GROUP_AGGS, "group aggregation")
+    t0 = time.perf_counter()
+    ev = _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device)
+    if index is None:
+        ids, vals = best(
+            np.arange(len(records)), group_score(ev(np.arange(len(records))), agg), k, True
+        )
+        stats: dict[str, Any] = {}
+    else:
+        from .examples_nta import nta_topk
+
+        ids, vals, stats = nta_topk(
+            index, ev, check_units(units, index.width_, index.address_), k, agg, mai_chunk
+        )
+    return ExampleResult(
+        _frame(ids, vals, "score"),
+        ev.evaluated_,
+        len(records),
+        time.perf_counter() - t0,
+        "nta" if index is not None else "scan",
+        stats,
+    )
+
+
+def knn(
+    model: Model,
+    records: Sequence[Any],
+    layer: str | int,
+    units: Sequence[int],
+    target: int | Any,
+    k: int = 10,
+    metric: str = "l2",
+    index: Any = None,
+    symbol_agg: str = "max",
+    batch_size: int = 256,
+    device: str | torch.device = "auto",
+    mai_chunk: int | None = None,
+) -> ExampleResult:
+    """The ``k`` records nearest to ``target`` in the group's activation space.
+
+    Parameters
+    ----------
+    target : int or record
+        A position in ``records`` (that record is then its own nearest
+        neighbour, at distance 0) or an outside record (one more evaluation).
+    metric : {"l2", "cosine"}
+        Distance between group activation vectors. With ``index``, L2 is answered
+        by the Neural Threshold Algorithm; cosine distance has no per-unit bound,
+        so it always scans (``stats["reason"]`` says so).
+    model, records, layer, units, k, index, symbol_agg, batch_size, device, mai_chunk
+        As in :func:`topk`.
+
+    Returns
+    -------
+    ExampleResult
+        ``frame`` (``rank``, ``record``, ``distance``), ``evaluated`` records, time
+        and method.
+    """
+    choice(metric, METRICS, "metric")
+    t0 = time.perf_counter()
+    ev = _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device)
+    own = int(target) if isinstance(target, (int, np.integer)) else None
+    if own is None:  # an outside record: one extra model evaluation
+        ev1 = Activations(model, [target], layer, units, symbol_agg, batch_size, device)
+        tvec, ev.evaluated_ = ev1([0])[0], ev.evaluated_ + 1
+    stats: dict[str, Any] = {}
+    if index is not None and metric == "l2":
+        from .examples_nta import nta_knn
+
+        sel = check_units(units, index.width_, index.address_)
+        if own is not None:
+            tvec = ev([own])[0]
+        ids, vals, stats = nta_knn(index, ev, sel, tvec, k, own, mai_chunk)
+        method = "nta"
+    else:
+        if index is not None:
+            stats["reason"] = "cosine distance has no per-unit bound for the threshold algorithm"
+        acts = ev(np.arange(len(records)))
+        tvec = acts[own] if own is not None else tvec
+        ids, vals = best(np.arange(len(records)), distances(acts, tvec, metric), k, False)
+        method = "scan"
+    return ExampleResult(
+        _frame(ids, vals, "distance"),
+        ev.evaluated_,
+        len(records),
+        time.perf_counter() - t0,
+        method,
+        stats,
+    )

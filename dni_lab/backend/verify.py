@@ -1,0 +1,69 @@
+"""Verification of DNI findings: ``dl.verify.perturbation(...)`` and friends.
+
+A high score is not yet a finding: DNI mines many (unit, hypothesis) pairs and
+yields false positives (DeepBase §4.4). Each check here compares the units
+under test with random unit sets of the same size, or the scores with a null:
+
+* :func:`perturbation` — baseline vs treatment symbol swaps, silhouette of the
+  units' activation changes (DeepBase §4.4, §6.1);
+* :func:`ablation`, :func:`oracle` — remove the top-k units, or force them to the
+  hypothesis pattern, and measure task accuracy (DNI workshop paper §5.2);
+* :func:`generative` — force units while sampling and count how often the
+  hypothesis fires in the output (Luigi, DNI paper);
+* :func:`permutation_test`, :func:`bh_qvalues`, :func:`with_qvalues`,
+  :func:`untrained_baseline`, :func:`selectivity` — significance and controls.
+
+The checks live in ``verify_*.py`` modules; this module is their public face.
+"""
+
+from __future__ import annotations
+
+from .verify_ablate import ablation, next_symbol_accuracy, oracle
+from .verify_common import Verification, random_unit_sets
+from .verify_controls import (
+    ControlTask,
+    control_task,
+    selectivity,
+    untrained_baseline,
+    untrained_copy,
+)
+from .verify_force import force_units
+from .verify_generate import generative
+from .verify_perturb import perturbation, silhouette_score
+from .verify_rules import (
+    CHAR_CLASSES,
+    WORD_CLASSES,
+    SwapRules,
+    candidates,
+    char_classes,
+    grammar_terminals,
+    word_classes,
+)
+from .verify_stats import bh_qvalues, permutation_test, with_qvalues
+
+__all__ = [
+    "CHAR_CLASSES",
+    "WORD_CLASSES",
+    "ControlTask",
+    "SwapRules",
+    "Verification",
+    "ablation",
+    "bh_qvalues",
+    "candidates",
+    "char_classes",
+    "control_task",
+    "force_units",
+    "generative",
+    "grammar_terminals",
+    "next_symbol_accuracy",
+    "oracle",
+    "permutation_test",
+    "perturbation",
+    "random_unit_sets",
+    "selectivity",
+    "silhouette_score",
+    "untrained_baseline",
+    "untrained_copy",
+    "with_qvalues",
+    "word_classes",
+]

@@ -1,0 +1,311 @@
+"""Ablation and oracle tests (DNI workshop paper §5.2): what the model loses without the units.
+
+*Remove top-k* zeroes the k best units in the forward pass (their hidden state,
+inside the recurrence for RNNs) and measures task accuracy; the same for random
+sets of k units gives the null. If the units carry what the hypothesis
+describes and the task needs it, removing them hurts more than removing random
+units. *Oracle* forces the units to the hypothesis pattern scaled to [-1, 1]:
+if the units encode the hypothesis, the model should do about as well as with
+its own values, and better than with random units forced to the same pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from . import api
+from .errors import DNIError
+from .extract import on_device, resolve_device
+from .hypotheses import hypothesis_block
+from .models import Model
+from .verify_common import (
+    Verification,
+    address_and_width,
+    batches,
+    check_units,
+    compare_sets,
+    forward_output,
+    random_unit_sets,
+    single_signal,
+    symbols_of,
+)
+from .verify_force import force_units
+
+#: ``evaluate(records, output, device) -> (sum of per-item scores, number of items)`` per batch.
+Evaluate = Callable[[list[Any], torch.Tensor, torch.device], tuple[float, int]]
+
+
+def next_symbol_accuracy(
+    model: Model,
+    target: Callable[[Any], bool] | None = None,
+    among: Sequence[Any] | None = None,
+    score: str = "accuracy",
+) -> Evaluate:
+    """Accuracy (or log-likelihood) of predicting symbol t+1 from the output at symbol t.
+
+    Assumes what the char-LSTMs of the library do: ``encode`` returns a ``(R, T)``
+    tensor of symbol ids and the module's output ``(R, T, V)`` scores the same ids.
+
+    Parameters
+    ----------
+    model : Model
+    target : callable, optional
+        ``target(symbol) -> bool`` keeps only some targets (e.g. ``str.isdigit``).
+    among : sequence of symbols, optional
+        Predict among these symbols only: with ``target=str.isdigit`` and
+        ``among="01234"`` this is the DNI paper's "accuracy for predicting the
+        value of the nesting digit", which needs the depth, not *whether* a digit
+        comes next (often a coin flip in the grammar).
+    score : {"accuracy", "log_likelihood"}
+        Argmax accuracy, or the mean log-probability of the true symbol (it also
+        sees damage that does not flip the argmax).
+    """
+    if score not in ("accuracy", "log_likelihood"):
+        raise DNIError(f"score must be 'accuracy' or 'log_likelihood', not {score!r}.")
+    cols = None if among is None else torch.as_tensor(model.encode([str(s) for s in among]))[:, 0]
+
+    def evaluate(records: list[Any], output: torch.Tensor, device: torch.device):
+        ids = torch.as_tensor(model.encode(records)).to(device)
+        T = ids.shape[1]
+        keep = torch.zeros(ids.shape, dtype=torch.bool, device=device)
+        for r, rec in enumerate(records):
+            syms = symbols_of(rec)[1 : model.symbols(rec)]
+            ok = [True] * len(syms) if target is None else [bool(target(s)) for s in syms]
+            keep[r, : len(ok)] = torch.as_tensor(ok, dtype=torch.bool, device=device)
+        out, nxt, keep = output[:, : T - 1].double(), ids[:, 1:], keep[:, : T - 1]
+        if cols is not None:  # scores of the allowed symbols only; targets outside are dropped
+            c = cols.to(device)
+            hit = nxt[..., None] == c
+            keep &= hit.any(-1)
+            out, nxt = out[..., c], hit.double().argmax(-1)
+        if score == "accuracy":
+            per = (out.argmax(-1) == nxt).double()
+        else:
+            per = torch.log_softmax(out, -1).gather(-1, nxt[..., None])[..., 0]
+        return float(per[keep].sum()), int(keep.sum())
+
+    return evaluate
+
+
+def _score(model, records, addr, units, values, evaluate, dev, batch_size) -> float:
+    """Mean score of ``evaluate`` over ``records`` with ``units`` forced (``None``: untouched)."""
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for first, recs in batches(records, batch_size):
+            v = values(first, recs) if callable(values) else values
+            if units is None:
+                out = forward_output(model, recs, dev)
+            else:
+                with force_units(model, addr, units, v):
+                    out = forward_output(model, recs, dev)
+            s, c = evaluate(recs, out, dev)
+            total, count = total + s, count + c
+    if count == 0:
+        raise DNIError("the evaluation function scored no items; check its target filter.")
+    return total / count
+
+
+def _compare(
+    name: str,
+    model,
+    records,
+    layer,
+    units,
+    ks,
+    n_random,
+    evaluate,
+    exclude,
+    seed,
+    device,
+    batch_size,
+    values_for: Callable[[np.ndarray], Any],
+) -> Verification:
+    """Score top-k units and random k-sets under the intervention ``values_for(unit_set)``."""
+    dev, rng = resolve_device(device), np.random.default_rng(seed)
+    with on_device(model, dev):
+        addr, width = address_and_width(model, layer, records, dev)
+        ranked = check_units(units, width, addr)
+        ks = sorted({int(k) for k in (ks or [len(ranked)])})
+        if ks[0] < 1 or ks[-1] > len(ranked):
+            raise DNIError(f"k must lie in 1..{len(ranked)} (the number of ranked units).")
+        evaluate = evaluate or next_symbol_accuracy(model)
+        base = _score(model, records, addr, None, 0.0, evaluate, dev, batch_size)
+        rows = []
+        for k in ks:
+            sets = [
+                ranked[:k],
+                *random_unit_sets(width, k, n_random, ranked[:k] if exclude else [], rng),
+            ]
+            for d, s in enumerate(sets):
+                score = _score(
+                    model, records, addr, s.tolist(), values_for(s), evaluate, dev, batch_size
+                )
+                rows.append(
+                    dict(
+                        test=name,
+                        k=k,
+                        set="top" if d == 0 else "random",
+                        draw=d - 1,
+                        units=s.tolist(),
+                        score=score,
+                    )
+                )
+    frame = pl.DataFrame(rows).with_columns(baseline=pl.lit(base), drop=base - pl.col("score"))
+    per_k = []
+    for k in ks:
+        sub = frame.filter(pl.col("k") == k)
+        top = float(sub.filter(pl.col("set") == "top")["score"][0])
+        rand = sub.filter(pl.col("set") == "random")["score"].to_numpy()
+        per_k.append(compare_sets(k, top, rand, greater=False))
+    summary = {
+        "layer": addr,
+        "units": ranked.tolist(),
+        "baseline": base,
+        "per_k": pl.DataFrame(per_k),
+    }
+    return Verification(frame, summary)
+
+
+def _signal_range(fam, records, n_sym, batch_size) -> tuple[float, float]:
+    """Minimum and maximum of a one-signal family over the real symbols of ``records``."""
+    lo, hi = np.inf, -np.inf
+    for f, recs in batches(records, batch_size):
+        n = np.asarray(n_sym[f : f + len(recs)])
+        h = hypothesis_block([fam], recs, n.tolist(), f, None)[..., 0]
+        vals = h[np.arange(h.shape[1])[None, :] < n[:, None]]
+        lo, hi = min(lo, float(vals.min())), max(hi, float(vals.max()))
+    return lo, hi
+
+
+def ablation(
+    model: Model,
+    records: Sequence[Any],
+    layer: str | int,
+    units: Sequence[int],
+    ks: Sequence[int] | None = None,
+    n_random: int = 10,
+    evaluate: Evaluate | None = None,
+    exclude: bool = True,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    batch_size: int = 256,
+) -> Verification:
+    """Remove top-k: zero the first ``k`` of ``units`` vs ``k`` random units; task score each.
+
+    Parameters
+    ----------
+    units : sequence of int
+        Units of ``layer`` ranked best first (e.g. from a score frame).
+    ks : sequence of int, optional
+        Values of k (default: all of ``units``).
+    evaluate : callable, optional
+        ``evaluate(records, output, device) -> (score sum, items)`` per batch;
+        default :func:`next_symbol_accuracy`.
+    n_random, exclude, seed
+        Random k-sets per k, drawn outside the top k when ``exclude``.
+
+    Returns
+    -------
+    Verification
+        ``frame``: one row per (k, unit set) with ``score``, ``baseline`` and ``drop``.
+        ``summary``: ``baseline`` and ``per_k`` (top score, random mean/std, and the
+        empirical p-value of the top set scoring this low among random sets).
+    """
+    return _compare(
+        "ablation",
+        model,
+        records,
+        layer,
+        units,
+        ks,
+        n_random,
+        evaluate,
+        exclude,
+        seed,
+        device,
+        batch_size,
+        lambda s: 0.0,
+    )
+
+
+def oracle(
+    model: Model,
+    records: Sequence[Any],
+    layer: str | int,
+    units: Sequence[int],
+    hypothesis: Any,
+    ks: Sequence[int] | None = None,
+    signs: Sequence[float] | None = None,
+    n_random: int = 10,
+    evaluate: Evaluate | None = None,
+    exclude: bool = True,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    batch_size: int = 256,
+) -> Verification:
+    """Oracle-k: force the top ``k`` units to the hypothesis pattern scaled to [-1, 1].
+
+    The pattern is ``2 (h - min) / (max - min) - 1`` over all symbols of
+    ``records``. A unit anti-correlated with the hypothesis gets the negated
+    pattern: ``signs`` per unit, or the sign of its ``corr`` with the hypothesis
+    over ``records`` (the DNI paper notes the sign may need tuning). Random
+    k-sets get the same pattern with the signs of their own correlations.
+    Other parameters and the result as in :func:`ablation`.
+    """
+    fam = single_signal(hypothesis)
+    n_sym = [model.symbols(r) for r in records]
+    lo, hi = _signal_range(fam, records, n_sym, batch_size)
+    if hi <= lo:
+        raise DNIError(
+            f"hypothesis {fam.name!r} is constant over the records; no pattern to force."
+        )
+    if signs is None:
+        f = api.inspect(
+            model,
+            [fam],
+            ["corr"],
+            records,
+            units=[(layer, "*")],
+            eps=None,
+            device=device,
+            cache=False,
+        )
+        sign_of = np.sign(np.nan_to_num(f.sort("unit")["unit_score"].to_numpy())) + 0.0
+        sign_of[sign_of == 0] = 1.0
+    else:
+        sign_of = None
+
+    def values_for(unit_set: np.ndarray):
+        if signs is not None:
+            pos = {int(u): i for i, u in enumerate(units)}
+            sg = np.array([signs[pos[int(u)]] if int(u) in pos else 1.0 for u in unit_set])
+        else:
+            sg = sign_of[unit_set]
+
+        def per_batch(first: int, recs: list[Any]) -> torch.Tensor:
+            h = hypothesis_block([fam], recs, n_sym[first : first + len(recs)], first, None)
+            pattern = 2 * (h[..., 0] - lo) / (hi - lo) - 1
+            return torch.as_tensor(pattern[..., None] * sg[None, None, :], dtype=torch.float32)
+
+        return per_batch
+
+    return _compare(
+        "oracle",
+        model,
+        records,
+        layer,
+        units,
+        ks,
+        n_random,
+        evaluate,
+        exclude,
+        seed,
+        device,
+        batch_size,
+        values_for,
+    )

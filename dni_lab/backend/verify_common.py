@@ -1,0 +1,161 @@
+"""Pieces shared by the verification checks: results, unit sets, activations, signals.
+
+Every check compares the unit set under test with *random unit sets of the same
+size* drawn from the same layer: a check that the real set passes but random
+sets pass as well says nothing about the hypothesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+import torch
+
+from .errors import DNIError, HypothesisError
+from .extract import Extractor, symbol_mask, to_device
+from .hypotheses import HypothesisFamily, as_family, evaluate_family
+from .models import Model, _first_tensor
+from .plan import ModelPlan, plan_model
+
+
+class Verification(NamedTuple):
+    """What a verification check returns: the detail and the verdict.
+
+    Attributes
+    ----------
+    frame : polars.DataFrame
+        One row per measurement (a perturbation, an evaluated unit set, a sample).
+    summary : dict
+        The numbers a person reads first (scores of the unit set under test, of the
+        random sets, and how they compare); tables in it are Polars frames.
+    """
+
+    frame: pl.DataFrame
+    summary: dict[str, Any]
+
+
+def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelPlan:
+    """Resolve ``layer`` to its address and width, through the engine's planner."""
+    return plan_model(model, [[(layer, "*")]], list(sample[:2]), device)
+
+
+def address_and_width(
+    model: Model, layer: str | int, sample: Sequence[Any], device
+) -> tuple[str, int]:
+    mp = layer_plan(model, layer, sample, device)
+    (addr,) = mp.plan
+    return addr, len(mp.plan[addr])
+
+
+def check_units(units: Sequence[int], width: int, addr: str) -> np.ndarray:
+    idx = np.asarray(list(units), dtype=np.int64)
+    if idx.size == 0:
+        raise DNIError(f"no units given for layer {addr!r}; pass a non-empty list of indices.")
+    if idx.min() < 0 or idx.max() >= width or len(set(idx.tolist())) != len(idx):
+        raise DNIError(
+            f"units {idx.tolist()} are not distinct indices of layer {addr!r} (0..{width - 1})."
+        )
+    return idx
+
+
+def random_unit_sets(
+    width: int, size: int, n: int, exclude: Sequence[int], rng: np.random.Generator
+) -> list[np.ndarray]:
+    """``n`` random sets of ``size`` units, drawn from the units not in ``exclude``.
+
+    Excluding the set under test keeps the contrast clean; when too few units
+    remain (a narrow layer) the draw falls back to the whole layer.
+    """
+    pool = np.setdiff1d(np.arange(width), np.asarray(exclude, dtype=np.int64))
+    if len(pool) < size:
+        pool = np.arange(width)
+    return [np.sort(rng.choice(pool, size, replace=False)) for _ in range(n)]
+
+
+def batches(items: Sequence[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
+    for start in range(0, len(items), size):
+        yield start, list(items[start : start + size])
+
+
+def symbol_activations(
+    model: Model,
+    records: Sequence[Any],
+    addr: str,
+    units: np.ndarray | None,
+    device: torch.device,
+    batch_size: int = 256,
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """``(first, acts (R, T, U), mask (R, T))`` per batch, extracted by the engine's Extractor.
+
+    The caller holds :func:`~.extract.on_device` for the model.
+    """
+    ex = Extractor(model, {addr: units}, "activation", device)
+    for first, recs in batches(records, batch_size):
+        mask = symbol_mask(model, recs, device)
+        yield first, ex(recs, mask)[addr], mask
+
+
+def forward_output(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:
+    """The module's (first) output tensor for ``records``; hooks in force apply."""
+    batch = to_device(model.encode(list(records)), device)
+    return _first_tensor(model.forward(batch))
+
+
+def single_signal(hypothesis: Any) -> HypothesisFamily:
+    """A hypothesis (or a family of one signal) as a family; several signals are ambiguous."""
+    fam = as_family(hypothesis)
+    if len(fam.signals()) != 1:
+        raise HypothesisError(
+            f"hypothesis {fam.name!r} has {len(fam.signals())} signals; verification checks one. "
+            "Wrap the signal you mean in a function, e.g. lambda r: fam(r)['signal']."
+        )
+    return fam
+
+
+def signal_of(fam: HypothesisFamily, record: Any, n_symbols: int, index: int) -> np.ndarray:
+    """One record's values of a one-signal family, validated by the engine's rules."""
+    return evaluate_family(fam, record, n_symbols, index)[:, 0]
+
+
+def symbols_of(record: Any) -> list[Any]:
+    """A record's symbols as a list: characters of a string, items of a sequence."""
+    return list(record)
+
+
+def replace_symbol(record: Any, k: int, symbol: Any) -> Any:
+    """``record`` with symbol ``k`` replaced; strings stay strings, sequences lists."""
+    if isinstance(record, str):
+        return record[:k] + str(symbol) + record[k + 1 :]
+    out = list(record)
+    out[k] = symbol
+    return type(record)(out) if isinstance(record, tuple) else out
+
+
+def empirical_p(value: float, null: np.ndarray, greater: bool = True) -> float:
+    """``(1 + #null at least as extreme) / (n + 1)``: never 0, valid for any n."""
+    null = np.asarray(null, dtype=float)
+    null = null[np.isfinite(null)]
+    if not np.isfinite(value) or null.size == 0:
+        return float("nan")
+    hits = (null >= value) if greater else (null <= value)
+    return float((1 + hits.sum()) / (null.size + 1))
+
+
+def compare_sets(k: int, top: float, random: Sequence[float], greater: bool) -> dict[str, Any]:
+    """One ``per_k`` summary row: the top set's score against its random sets' scores.
+
+    ``greater`` says which direction counts as extreme for the empirical p-value
+    (a higher firing rate; a lower accuracy after ablation).
+    """
+    rand = np.asarray(random, dtype=float)
+    rand = rand[np.isfinite(rand)]
+    return {
+        "k": k,
+        "top": top,
+        "random_mean": float(rand.mean()) if rand.size else None,
+        "random_std": float(rand.std()) if rand.size else None,
+        "p_value": empirical_p(top, rand, greater),
+    }

@@ -1,0 +1,193 @@
+"""Controls for DNI scores: an untrained copy of the model, and control tasks for probes.
+
+* **Untrained baseline.** Random weights already make units correlate with
+  simple hypotheses (a unit can echo the current character). Scoring the same
+  query on an untrained copy shows what training added: a finding should beat
+  the best score any unit of the untrained copy reaches.
+* **Control-task selectivity** (Hewitt & Liang, 2019). A probe may score high
+  because it is expressive, not because the units encode the hypothesis. The
+  control task gives every symbol *type* a random label drawn from the
+  hypothesis' own value distribution; the units can encode that only by
+  memorising symbol identities. Selectivity = task score − control score.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from . import api
+from .hypotheses import HypothesisFamily
+from .measures import get_measure
+from .models import Model
+from .verify_common import Verification, signal_of, single_signal, symbols_of
+
+
+def untrained_copy(model: Model, seed: int = 0, name: str | None = None) -> Model:
+    """A copy of ``model`` with freshly initialised weights (seeded; the original is untouched).
+
+    Every submodule with ``reset_parameters`` re-initialises as at construction;
+    parameters of modules without one get Kaiming-uniform weights (matrices) or
+    zeros (vectors), so no trained value survives.
+    """
+    module = copy.deepcopy(model.module)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for mod in module.modules():
+            reset = getattr(mod, "reset_parameters", None)
+            if callable(reset):
+                reset()
+                continue
+            with torch.no_grad():
+                for p in mod.parameters(recurse=False):
+                    if p.dim() >= 2:
+                        nn.init.kaiming_uniform_(p, a=5**0.5)
+                    else:
+                        p.zero_()
+    return Model(
+        module,
+        encode=model.encode,
+        name=name or f"{model.name}:untrained",
+        symbols=model.symbols,
+        resize=model.resize,
+        meta={**model.meta, "trained": False},
+    )
+
+
+def untrained_baseline(
+    model: Model,
+    hypotheses: Any,
+    records: Sequence[Any],
+    units: Any = None,
+    measures: Any = ("corr",),
+    seed: int = 0,
+    **inspect_kw: Any,
+) -> Verification:
+    """Score ``model`` and an untrained copy with the same query; flag scores above the copy's best.
+
+    Returns
+    -------
+    Verification
+        ``frame``: the trained model's score frame with ``untrained_best`` (the
+        copy's best ``|unit_score|`` for the same hypothesis and measure) and
+        ``above_untrained``. ``summary``: ``by_hypothesis`` (best trained vs best
+        untrained per hypothesis and measure) and ``untrained`` (the copy's frame).
+    """
+    base = untrained_copy(model, seed)
+    inspect_kw.setdefault("eps", None)
+    frame = api.inspect([model, base], hypotheses, measures, records, units=units, **inspect_kw)
+
+    def best(df: pl.DataFrame, col: str) -> pl.DataFrame:
+        return df.group_by("hid", "measure").agg(pl.col("unit_score").abs().max().alias(col))
+
+    trained = frame.filter(pl.col("mid") == model.name)
+    untrained = frame.filter(pl.col("mid") == base.name)
+    ub = best(untrained, "untrained_best")
+    out = trained.join(ub, on=["hid", "measure"], how="left").with_columns(
+        above_untrained=pl.col("unit_score").abs() > pl.col("untrained_best")
+    )
+    by_h = best(trained, "trained_best").join(ub, on=["hid", "measure"], how="left")
+    by_h = by_h.with_columns(lift=pl.col("trained_best") - pl.col("untrained_best")).sort(
+        "hid", "measure"
+    )
+    return Verification(out, {"by_hypothesis": by_h, "untrained": untrained})
+
+
+class ControlTask(HypothesisFamily):
+    """A control hypothesis: a fixed random label per symbol type (Hewitt & Liang).
+
+    Parameters
+    ----------
+    table : dict
+        ``{symbol: label}``.
+    fallback : float
+        Label of symbol types not in ``table``.
+    name, kind : str
+        Hypothesis id and kind (those of the task it controls).
+    n_categories : int, optional
+        Categories of a categorical task.
+    """
+
+    def __init__(
+        self,
+        table: dict[Any, float],
+        fallback: float,
+        name: str,
+        kind: str,
+        n_categories: int | None = None,
+    ) -> None:
+        self.table = table
+        self.fallback = fallback
+        self.name = name
+        self.kind = kind
+        self.n_categories = n_categories
+        self.categories = {name: n_categories} if n_categories is not None else None
+
+    def signals(self) -> list[str]:
+        return [self.name]
+
+    def evaluate(self, record: Any) -> dict[str, list[float]]:
+        return {self.name: [self.table.get(s, self.fallback) for s in symbols_of(record)]}
+
+
+def control_task(hypothesis: Any, records: Sequence[Any], seed: int = 0) -> ControlTask:
+    """The control task of ``hypothesis``: labels per symbol type from its value distribution.
+
+    Labels are drawn (seeded) from the hypothesis' values over every symbol of
+    ``records``, so the control has the task's label distribution but carries
+    only symbol identity.
+    """
+    fam = single_signal(hypothesis)
+    values, types = [], set()
+    for i, r in enumerate(records):
+        values.append(signal_of(fam, r, len(symbols_of(r)), i))
+        types.update(symbols_of(r))
+    pool = np.concatenate(values)
+    rng = np.random.default_rng(seed)
+    ordered = sorted(types, key=repr)  # a stable order makes the draw reproducible
+    labels = rng.choice(pool, len(ordered) + 1)
+    table = {t: float(v) for t, v in zip(ordered, labels[:-1], strict=True)}
+    sig = fam.signals()[0]
+    n_cat = (fam.categories or {}).get(sig)
+    return ControlTask(table, float(labels[-1]), f"control:{fam.name}", fam.kind_of(sig), n_cat)
+
+
+def selectivity(
+    model: Model,
+    hypotheses: Sequence[Any],
+    records: Sequence[Any],
+    units: Any = None,
+    measure: Any = "ridge",
+    seed: int = 0,
+    **inspect_kw: Any,
+) -> pl.DataFrame:
+    """Task score, control-task score and their difference, per hypothesis (and unit group).
+
+    A joint measure (a probe such as ``ridge``) compares ``group_score``s, one row
+    per unit group; an independent measure compares ``unit_score``s per unit.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``mid, group, [uid,] measure, hid, task_score, control_score, selectivity``.
+    """
+    fams = [single_signal(h) for h in hypotheses]
+    controls = [control_task(f, records, seed) for f in fams]
+    meas = get_measure(measure)
+    inspect_kw.setdefault("eps", None)
+    frame = api.inspect(model, fams + controls, [meas], records, units=units, **inspect_kw)
+    col = "group_score" if meas.joint else "unit_score"
+    key = ["mid", "group", "measure"] + ([] if meas.joint else ["uid"])
+    is_ctrl = pl.col("hid").str.starts_with("control:")
+    task = frame.filter(~is_ctrl).select(*key, "hid", pl.col(col).alias("task_score"))
+    ctrl = frame.filter(is_ctrl).select(
+        *key, pl.col("hid").str.strip_prefix("control:"), pl.col(col).alias("control_score")
+    )
+    out = task.join(ctrl, on=[*key, "hid"], how="left").unique([*key, "hid"], maintain_order=True)
+    return out.with_columns(selectivity=pl.col("task_score") - pl.col("control_score"))

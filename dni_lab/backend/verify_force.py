@@ -1,0 +1,157 @@
+"""Force chosen units to given values inside the forward pass (ablation, oracle, generation).
+
+For a plain layer, a forward hook overwrites the units in the layer's output, so
+every later layer sees the forced values. For a recurrent layer that is not
+enough: a unit's hidden state also feeds the next time step. The hook therefore
+recomputes the recurrent module step by step, overwriting the units' hidden
+state after every step, so the recurrence itself runs with the forced values
+(what the DNI paper means by forcing a neuron's hidden state). Hooks are removed
+on exit, also on error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import LayerError
+from .models import Model
+
+_CELLS = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell}
+
+
+@contextlib.contextmanager
+def force_units(
+    model: Model, addr: str, units: Sequence[int], values: float | torch.Tensor
+) -> Iterator[None]:
+    """Within the block, units ``units`` of address ``addr`` take ``values``.
+
+    Parameters
+    ----------
+    model : Model
+    addr : str
+        A resolved address: a module (``"lstm"``, ``"head"``) or a stacked
+        recurrent layer (``"lstm.l0"``); cell states cannot be forced.
+    units : sequence of int
+        Indices within the layer.
+    values : float or Tensor
+        A constant (0 ablates), or a ``(R, T, len(units))`` pattern for the batch
+        about to run (positions past ``T`` are forced to 0).
+    """
+    base, k, cell = Model.split_address(addr)
+    if cell:
+        raise LayerError(f"cannot force cell states ({addr!r}); force the hidden state instead.")
+    mod = model._module(base if k is not None else addr)
+    idx = torch.as_tensor(list(units), dtype=torch.long)
+    if isinstance(mod, nn.RNNBase):
+        layer = mod.num_layers - 1 if k is None else k
+        hook = _recurrent_hook(layer, idx, values)
+    else:
+        hook = _output_hook(idx, values)
+    handle = mod.register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _pattern(values: float | torch.Tensor, like: torch.Tensor, R: int, T: int, k: int):
+    """``values`` as a ``(R, T, k)`` tensor (constants broadcast, short patterns zero-padded)."""
+    v = torch.as_tensor(values, dtype=like.dtype, device=like.device)
+    if v.dim() == 0:
+        return v.expand(R, T, k)
+    if v.dim() != 3 or v.shape[0] != R or v.shape[2] != k:
+        raise LayerError(
+            f"forced values of shape {tuple(v.shape)} do not fit a batch of {R} records and "
+            f"{k} units; pass a constant or a (records, symbols, units) tensor."
+        )
+    if v.shape[1] < T:
+        v = torch.cat([v, v.new_zeros(R, T - v.shape[1], k)], dim=1)
+    return v[:, :T]
+
+
+def _output_hook(idx: torch.Tensor, values: float | torch.Tensor):
+    def hook(_mod, _args, _kwargs, out):
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        if not isinstance(first, torch.Tensor):
+            raise LayerError("the layer's output holds no tensor to force units in.")
+        t = first.clone()
+        i = idx.to(t.device)
+        if t.dim() == 3:  # (R, T, D): a sequence
+            t[..., i] = _pattern(values, t, t.shape[0], t.shape[1], len(i))
+        elif t.dim() == 2:  # (R, D): one vector per record
+            t[:, i] = _pattern(values, t, t.shape[0], 1, len(i))[:, 0]
+        elif t.dim() == 4 and torch.as_tensor(values).dim() == 0:  # (R, C, H, W): channels
+            t[:, i] = float(values)
+        else:
+            raise LayerError(
+                f"cannot force units of a layer output of shape {tuple(t.shape)} to a pattern."
+            )
+        if isinstance(out, (tuple, list)):
+            return type(out)([t, *out[1:]])
+        return t
+
+    return hook
+
+
+def _recurrent_hook(layer: int, idx: torch.Tensor, values: float | torch.Tensor):
+    def hook(mod, args, kwargs, _out):
+        x = args[0] if args else kwargs["input"]
+        hx = args[1] if len(args) > 1 else kwargs.get("hx")
+        if isinstance(x, nn.utils.rnn.PackedSequence):
+            raise LayerError("cannot force units of a recurrent layer fed a PackedSequence.")
+        return step_recurrent(mod, x, hx, layer, idx, values)
+
+    return hook
+
+
+def step_recurrent(
+    mod: nn.RNNBase,
+    x: torch.Tensor,
+    hx: Any,
+    layer: int,
+    idx: torch.Tensor,
+    values: float | torch.Tensor,
+) -> tuple[torch.Tensor, Any]:
+    """Run ``mod`` one time step at a time, forcing ``idx`` of layer ``layer`` after each step.
+
+    Returns what ``mod`` returns: ``(output, h_n)`` or, for an LSTM, ``(output, (h_n, c_n))``.
+    """
+    if mod.bidirectional or getattr(mod, "proj_size", 0):
+        raise LayerError("forcing units of bidirectional or projected RNNs is not supported.")
+    kind = type(mod).__name__ if isinstance(mod, (nn.LSTM, nn.GRU)) else mod.mode
+    cell = _CELLS.get(kind) or (torch.rnn_tanh_cell if kind == "RNN_TANH" else torch.rnn_relu_cell)
+    lstm = isinstance(mod, nn.LSTM)
+    seq = x if mod.batch_first else x.transpose(0, 1)
+    B, T, _ = seq.shape
+    zeros = seq.new_zeros(mod.num_layers, B, mod.hidden_size)
+    h0, c0 = (hx if hx is not None else (zeros, zeros)) if lstm else (hx, None)
+    h0 = zeros if h0 is None else h0
+    i = idx.to(seq.device)
+    forced = _pattern(values, seq, B, T, len(i))
+    h_n, c_n = [], []
+    for j in range(mod.num_layers):
+        w = [
+            getattr(mod, f"{p}_l{j}", None)
+            for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
+        h, c, outs = h0[j], (c0[j] if lstm else None), []
+        for t in range(T):
+            if lstm:
+                h, c = cell(seq[:, t], (h, c), *w)
+            else:
+                h = cell(seq[:, t], h, *w)
+            if j == layer:
+                h = h.index_copy(1, i, forced[:, t])
+            outs.append(h)
+        # Dropout between layers is a training-time operation; checks run in eval mode.
+        seq = torch.stack(outs, dim=1)
+        h_n.append(h)
+        c_n.append(c)
+    out = seq if mod.batch_first else seq.transpose(0, 1)
+    hn = torch.stack(h_n)
+    return (out, (hn, torch.stack(c_n))) if lstm else (out, hn)

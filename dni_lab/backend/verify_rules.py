@@ -1,0 +1,113 @@
+"""Swap rules for perturbation verification: which symbols may replace which.
+
+Rules only propose *candidates*, a vocabulary that keeps perturbed inputs
+plausible (digits and parentheses, conjunctions, a grammar's terminals); the
+hypothesis itself then labels each candidate a baseline swap (its value at the
+position stays) or a treatment swap (it changes), unless a rule gives the label.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .errors import DNIError
+from .verify_common import symbols_of
+
+CHAR_CLASSES: dict[str, str] = {
+    "digit": string.digits,
+    "lower": string.ascii_lowercase,
+    "upper": string.ascii_uppercase,
+    "space": " \t\n",
+    "bracket": "()[]{}",
+    "operator": "+-*/%=<>!&|^~",
+    "punct": ".,;:?'\"`@#$_\\",
+}
+
+#: Small closed classes of English words (and a few open-class fillers for treatments).
+WORD_CLASSES: dict[str, tuple[str, ...]] = {
+    "conjunction": ("and", "or", "but", "nor", "yet", "so"),
+    "determiner": ("the", "a", "an", "this", "that", "these", "those", "every", "some"),
+    "preposition": ("in", "on", "at", "by", "with", "from", "of", "to", "for", "under"),
+    "pronoun": ("he", "she", "it", "they", "we", "you", "i", "him", "her", "them"),
+    "auxiliary": ("is", "are", "was", "were", "be", "been", "has", "have", "had", "will"),
+    "noun": ("chicken", "table", "city", "dog", "idea", "river", "car", "house"),
+    "verb": ("runs", "eats", "sees", "takes", "makes", "walks", "writes"),
+    "adjective": ("red", "big", "small", "happy", "old", "green", "quick"),
+}
+
+
+class SwapRules:
+    """A vocabulary of interchangeable symbols: any member may replace any other.
+
+    Parameters
+    ----------
+    vocabulary : iterable
+        Symbols (characters for string records, tokens for token lists).
+    name : str
+        Shown in summaries.
+    """
+
+    def __init__(self, vocabulary: Iterable[Any], name: str = "rules") -> None:
+        self.vocabulary = list(dict.fromkeys(vocabulary))
+        self.name = name
+
+    def candidates(self, record: Any, k: int) -> list[tuple[Any, str | None]]:
+        """Replacements for symbol ``k`` of ``record``, each with no fixed label."""
+        sym = symbols_of(record)[k]
+        if sym not in self.vocabulary:
+            return []
+        return [(s, None) for s in self.vocabulary if s != sym]
+
+    def __repr__(self) -> str:
+        return f"SwapRules({self.name!r}, {len(self.vocabulary)} symbols)"
+
+
+def char_classes(*names: str) -> SwapRules:
+    """Swap rules over character classes (:data:`CHAR_CLASSES`; all when none named)."""
+    names = names or tuple(CHAR_CLASSES)
+    bad = [n for n in names if n not in CHAR_CLASSES]
+    if bad:
+        raise DNIError(f"unknown character classes {bad}; choose from {sorted(CHAR_CLASSES)}.")
+    return SwapRules("".join(CHAR_CLASSES[n] for n in names), name="+".join(names))
+
+
+def word_classes(*names: str) -> SwapRules:
+    """Swap rules over word classes (:data:`WORD_CLASSES`; all when none named)."""
+    names = names or tuple(WORD_CLASSES)
+    bad = [n for n in names if n not in WORD_CLASSES]
+    if bad:
+        raise DNIError(f"unknown word classes {bad}; choose from {sorted(WORD_CLASSES)}.")
+    return SwapRules([w for n in names for w in WORD_CLASSES[n]], name="+".join(names))
+
+
+def grammar_terminals(grammar: Any) -> SwapRules:
+    """Swap rules over the terminals of a grammar (anything with NLTK's ``productions()``)."""
+    terms = sorted({t for p in grammar.productions() for t in p.rhs() if isinstance(t, str)})
+    if not terms:
+        raise DNIError("the grammar has no terminal symbols to swap.")
+    return SwapRules(terms, name="grammar terminals")
+
+
+Rules = SwapRules | Mapping[Any, Any] | Callable[[Any, int], Iterable[Any]] | str | Sequence[Any]
+
+
+def candidates(rules: Rules, record: Any, k: int) -> list[tuple[Any, str | None]]:
+    """``(replacement, label or None)`` pairs proposed by ``rules`` for symbol ``k``.
+
+    ``rules`` is a :class:`SwapRules`, a vocabulary (string or list), a mapping
+    ``symbol -> replacements`` or ``symbol -> {"baseline": [...], "treatment": [...]}``
+    (labels given explicitly), or a function ``(record, k) -> replacements`` whose
+    items may be ``(replacement, label)`` pairs.
+    """
+    if isinstance(rules, SwapRules):
+        return rules.candidates(record, k)
+    if isinstance(rules, Mapping):
+        v = rules.get(symbols_of(record)[k], ())
+        if isinstance(v, Mapping):
+            return [(s, lab) for lab in ("baseline", "treatment") for s in v.get(lab, ())]
+        return [(s, None) for s in v]
+    if callable(rules):
+        return [c if isinstance(c, tuple) else (c, None) for c in rules(record, k)]
+    return SwapRules(rules).candidates(record, k)

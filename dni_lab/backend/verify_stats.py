@@ -1,0 +1,239 @@
+"""Significance of ``corr`` scores: permutation p-values and Benjamini–Hochberg q-values.
+
+The null hypothesis of a (unit, hypothesis) pair is that the unit's activity
+does not depend on which record's hypothesis signal it is paired with. The
+permutation test shuffles hypothesis signals *across records* and recomputes
+the correlation; symbols inside a record stay together, so the within-record
+dependence that makes symbol-level tests too optimistic (see ``corr``'s error
+estimate) is kept in the null. A signal must align with its record's symbols,
+so records are shuffled among records of the same length only; a record whose
+length no other record shares stays paired with its own signal, which only
+makes the test conservative.
+
+Every permutation is an extra block of hypothesis columns for the ``corr``
+measure, so the null distribution costs one matrix product per chunk of
+permutations and uses the very same arithmetic as the observed scores.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from .extract import Extractor, on_device, resolve_device, symbol_mask
+from .frames import block_frame
+from .hypotheses import hypothesis_block
+from .measures.corr import Corr
+from .models import Model
+from .plan import as_families, normalize_units, plan_model
+from .verify_common import batches
+
+#: Bytes of one chunk of permuted hypothesis columns.
+_CHUNK_BYTES = 64 * 2**20
+
+
+def bh_qvalues(p: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Benjamini–Hochberg adjusted p-values (q-values); NaN stays NaN and is not counted.
+
+    ``q_(i) = min_{j >= i} min(1, m p_(j) / j)`` over the sorted p-values, the
+    smallest false discovery rate at which each test would be rejected.
+    """
+    p = np.asarray(p, dtype=float)
+    q = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    m = int(ok.sum())
+    if m == 0:
+        return q
+    order = np.argsort(p[ok], kind="stable")
+    scaled = p[ok][order] * m / np.arange(1, m + 1)
+    scaled = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
+    out = np.empty(m)
+    out[order] = scaled
+    q[ok] = out
+    return q
+
+
+def with_qvalues(
+    frame: pl.DataFrame,
+    p: str = "p_value",
+    by: str | Sequence[str] | None = None,
+    name: str = "q_value",
+) -> pl.DataFrame:
+    """``frame`` with a BH q-value column computed from column ``p`` (per group of ``by``)."""
+    add = lambda df: df.with_columns(  # noqa: E731
+        pl.Series(name, bh_qvalues(df[p].to_numpy()), pl.Float64).fill_nan(None)
+    )
+    if by is None:
+        return add(frame)
+    by = [by] if isinstance(by, str) else list(by)
+    parts = frame.with_row_index("__row").partition_by(by, maintain_order=True)
+    return pl.concat([add(part) for part in parts]).sort("__row").drop("__row")
+
+
+def _record_key(record: Any) -> Any:
+    """A hashable identity of a record's content (strings, token sequences, arrays)."""
+    if isinstance(record, (str, bytes)):
+        return record
+    if hasattr(record, "shape") and hasattr(record, "tobytes"):
+        return (tuple(record.shape), str(record.dtype), record.tobytes())
+    return repr(record)
+
+
+def _blocks(model, mp, fams, records, dev, batch_size, min_records: int = 256) -> list[tuple]:
+    """Unit and hypothesis behaviors of all records, in blocks of records of similar length.
+
+    Records are sorted by length and cut into blocks at length boundaries, so a
+    block holds whole strata (records of one length: the sets a permutation may
+    shuffle) and pads little. Each block is ``(U, H, mask, strata)`` with
+    ``strata`` the ``(start, stop)`` rows of each length.
+    """
+    ex = Extractor(model, mp.plan, "activation", dev)
+    rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    for first, recs in batches(records, batch_size):
+        n_sym = [model.symbols(r) for r in recs]
+        parts = ex(recs, symbol_mask(model, recs, dev))
+        U = torch.cat([parts[a] for a in mp.plan], dim=2)
+        H = torch.from_numpy(hypothesis_block(fams, recs, n_sym, first, None)).to(dev)
+        rows += [(n, U[r, :n], H[r, :n]) for r, n in enumerate(n_sym)]
+    rows.sort(key=lambda row: row[0])
+    out, start = [], 0
+    while start < len(rows):
+        stop = start + 1
+        while stop < len(rows) and (
+            stop - start < min_records or rows[stop][0] == rows[stop - 1][0]
+        ):
+            stop += 1
+        chunk = rows[start:stop]
+        U = torch.nn.utils.rnn.pad_sequence([u for _, u, _ in chunk], batch_first=True)
+        H = torch.nn.utils.rnn.pad_sequence([h for _, _, h in chunk], batch_first=True)
+        n = torch.as_tensor([k for k, _, _ in chunk], device=dev)
+        mask = torch.arange(U.shape[1], device=dev)[None, :] < n[:, None]
+        edges = np.flatnonzero(np.diff(n.cpu().numpy())) + 1
+        strata = list(zip([0, *edges.tolist()], [*edges.tolist(), len(chunk)], strict=True))
+        out.append((U, H, mask, strata))
+        start = stop
+    return out
+
+
+def _permutations(strata: list[tuple[int, int]], P: int, gen: torch.Generator) -> torch.Tensor:
+    """``(P, rows)`` row permutations, each shuffling rows only within their stratum."""
+    perms = []
+    for a, b in strata:
+        perms.append(torch.argsort(torch.rand(P, b - a, generator=gen), dim=1) + a)
+    return torch.cat(perms, dim=1)
+
+
+def permutation_test(
+    model: Model,
+    hypotheses: Any,
+    records: Sequence[Any],
+    units: Any = None,
+    n_permutations: int = 999,
+    alternative: str = "two-sided",
+    fdr_by: str | Sequence[str] | None = None,
+    unique: bool = True,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    batch_size: int = 512,
+) -> pl.DataFrame:
+    """``corr`` score frame of ``model`` with permutation ``p_value`` and BH ``q_value`` columns.
+
+    Parameters
+    ----------
+    model, hypotheses, records, units
+        As in :func:`dl.inspect` (one model; every record is read).
+    n_permutations : int
+        Shuffles of hypothesis signals across same-length records. p-values are
+        ``(1 + #{null at least as extreme}) / (n_permutations + 1)``.
+    alternative : {"two-sided", "greater", "less"}
+        Extreme means large ``|r|``, large ``r`` or small ``r``.
+    fdr_by : str or list of str, optional
+        Frame columns whose groups get their own BH correction (default: all rows
+        form one family of tests).
+    unique : bool
+        Read each distinct record once. A hypothesis is a function of its record,
+        so copies of a record carry the same signal *and* the same activations:
+        kept, they count one observation several times and the null, which moves
+        copies apart, becomes too narrow (p-values too small).
+    seed : int
+        Seeds the permutations.
+
+    Returns
+    -------
+    polars.DataFrame
+        The score-frame schema plus ``p_value`` and ``q_value`` (null where the
+        score is null).
+    """
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(
+            f"alternative must be 'two-sided', 'greater' or 'less', not {alternative!r}"
+        )
+    dev = resolve_device(device)
+    if unique:
+        first: dict[Any, Any] = {}
+        for r in records:
+            first.setdefault(_record_key(r), r)
+        records = list(first.values())
+    fams, info = as_families(hypotheses)
+    hids = [i.name for i in info]
+    corr = Corr()
+    with on_device(model, dev):
+        mp = plan_model(model, normalize_units(units), list(records[:2]), dev)
+        blocks = _blocks(model, mp, fams, records, dev, batch_size)
+    movable = sum(b - a for *_, strata in blocks for a, b in strata if b - a > 1)
+    if movable < 0.5 * len(records):
+        warnings.warn(
+            f"only {movable} of {len(records)} records share their length with another record; "
+            "the permutation test is conservative for the rest.",
+            stacklevel=2,
+        )
+    nu, nh = mp.n_units, len(hids)
+    state = corr.start(nu, nh, dev, info)
+    for U, H, mask, _ in blocks:
+        state = corr.update(state, U, H, mask)
+    obs = corr.result(state)
+    r_obs = torch.as_tensor(obs.unit_score, dtype=torch.float64)
+    stat = {"two-sided": torch.abs, "greater": lambda r: r, "less": lambda r: -r}[alternative]
+    # A permuted r equal to the observed one up to rounding counts as at least as extreme.
+    target = stat(r_obs) - 1e-9
+    hits = torch.zeros(nu, nh, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    n_sym = sum(U.shape[0] * U.shape[1] for U, *_ in blocks)
+    chunk = max(1, min(n_permutations, _CHUNK_BYTES // max(1, 4 * n_sym * nh)))
+    done = 0
+    while done < n_permutations:
+        P = min(chunk, n_permutations - done)
+        st = corr.start(nu, nh * P, dev, info * P)
+        for U, H, mask, strata in blocks:
+            perm = _permutations(strata, P, gen).to(dev)
+            # Rows swap only within a length, so the mask of the permuted block is unchanged.
+            Hp = H[perm].permute(1, 2, 0, 3).reshape(*H.shape[:2], P * nh)  # (R, T, P·nh)
+            st = corr.update(st, U, Hp, mask)
+        r = torch.as_tensor(corr.result(st).unit_score, dtype=torch.float64).reshape(nu, P, nh)
+        hits += (torch.nan_to_num(stat(r), nan=-np.inf) >= target[:, None, :]).sum(1)
+        done += P
+    p = ((1 + hits) / (n_permutations + 1)).numpy()
+    p[~np.isfinite(obs.unit_score)] = np.nan
+    full = np.ones((nu, nh), dtype=bool)
+    frame = block_frame(
+        model.name,
+        mp.uids,
+        mp.layers,
+        mp.units,
+        hids,
+        corr.name,
+        mp.layers,
+        obs.unit_score,
+        obs.group_score,
+        obs.err,
+        np.full((nu, nh), len(records)),
+        full,
+        obs.reason,
+    )
+    frame = frame.with_columns(pl.Series("p_value", p.reshape(-1)).fill_nan(None))
+    return with_qvalues(frame, "p_value", fdr_by)
