@@ -51,6 +51,12 @@ def _isolated_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("DNI_LAB_CACHE", str(tmp_path / "hypcache"))
     monkeypatch.setattr(cache_mod, "DEFAULT", None)
     torch.manual_seed(0)
+    # Test models are tiny: one thread is faster and immune to a busy machine's
+    # oversubscription (two OpenMP threads made a small LSTM 10x slower under load).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
