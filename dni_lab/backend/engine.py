@@ -259,9 +259,11 @@ class Inspection:
         complete = final and not self._cancel
         parts = []
         for s in self.slots:
+            # A slot whose pairs all converged reports frozen snapshots: no final fit needed.
+            exact = final and not s.converged.all()
             res = (
                 s.measure.result(s.state, self.confidence)
-                if final
+                if exact
                 else s.measure.peek(s.state, self.confidence)
             )
             arrs = {
