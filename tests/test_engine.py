@@ -256,4 +256,4 @@ def test_joint_measure_scores_each_unit_group(char_model, records, hyps):
     assert paren.group_by("group").agg(pl.col("group_score").n_unique())["group_score"].max() == 1
     assert paren["group_score"].min() > 0.5  # parentheses are easy to read off an LSTM
     pos = lr.filter(pl.col("hid") == "position")
-    assert pos["unit_score"].is_null().all() and "continuous" in pos["reason"][0]
+    assert pos["unit_score"].is_null().all() and "logreg" in pos["reason"][0]
