@@ -124,3 +124,10 @@ def test_a_model_that_rejects_every_dataset_is_explained():
 
     with pytest.raises(dl.QueryError, match="cannot list the units of model 'toy'"):
         dl.query("SELECT * INSPECT U AND h OVER grids FROM units U", namespace=locals())
+
+
+def test_a_misspelled_inspect_points_at_the_typo(cat):
+    # Without the check the query would run as plain SQL and fail at its first column.
+    e = fails(cat, inspect="INSPCT U.uid AND H.h USING corr OVER D.seq AS S")
+    assert "'INSPCT' starts no clause" in str(e) and "Did you mean 'INSPECT'?" in str(e)
+    assert "(line 2, column 1)" in str(e) and "\n  ^^^^^^" in str(e)

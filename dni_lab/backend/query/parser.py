@@ -14,6 +14,7 @@ A query without INSPECT is plain SQL over the catalog's relations.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from ..errors import did_you_mean
@@ -59,6 +60,17 @@ def _clause_at(q: Query, i: int) -> tuple[str, int] | None:
     return None
 
 
+def _misspelled_clause(q: Query, i: int) -> bool:
+    """A word that opens a line and is one typo away from INSPECT (``INSPCT``): without this
+    check the query would go on as plain SQL and fail far from the typo."""
+    t = q.tokens[i]
+    if t.kind == "end" or t.text.upper() == "INSPECT" or not t.text.isalpha():
+        return False
+    line_start = q.text[: t.start].rsplit("\n", 1)[-1].strip() == ""
+    ratio = difflib.SequenceMatcher(None, t.text.upper(), "INSPECT").ratio()
+    return line_start and ratio >= 0.8
+
+
 def _split_clauses(q: Query) -> None:
     toks = q.tokens
     if toks[0].kind == "end":
@@ -88,6 +100,9 @@ def _split_clauses(q: Query) -> None:
             marks.append((hit[0], i, hit[1]))
             i += hit[1]
             continue
+        elif depth == 0 and _misspelled_clause(q, i):
+            hint = did_you_mean(t.text.upper(), ["INSPECT"])
+            raise q.error(f"{t.text!r} starts no clause here.{hint}", i)
         i += 1
     if opened:
         raise q.error("unbalanced '(': no ')' closes it", opened[-1])
