@@ -24,6 +24,7 @@ episode (DeepBase's "does PacMan anticipate?" study).
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,7 +188,7 @@ class Frame(np.ndarray):
         return (Frame, (np.asarray(self), self.episode, self.t))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Episode:
     """One recorded game: maps, agent moves and the ghost's and PacMan's positions.
 
@@ -201,6 +202,15 @@ class Episode:
     ghost: list[tuple[int, int]] = field(default_factory=list)
     pacman: list[tuple[int, int]] = field(default_factory=list)
     outcome: str = "timeout"  # "cleared", "caught" or "timeout"
+
+    def __repr__(self) -> str:
+        # Compact and content-based: frames carry their episode, and the hypothesis
+        # cache keys a block by the frames' repr; the default dataclass repr printed
+        # every map of the episode (seconds per block of a few hundred frames).
+        h = hashlib.sha256(np.ascontiguousarray(self.walls).tobytes())
+        h.update(repr((self.moves, self.ghost, self.pacman, self.outcome)).encode())
+        sha = h.hexdigest()[:16]
+        return f"Episode(steps={len(self.moves)}, outcome={self.outcome!r}, sha={sha})"
 
     def ghost_at(self, t: int) -> tuple[int, int]:
         """Ghost position at step ``t``, clamped to the episode's last state."""
