@@ -257,3 +257,23 @@ def test_joint_measure_scores_each_unit_group(char_model, records, hyps):
     assert paren["group_score"].min() > 0.5  # parentheses are easy to read off an LSTM
     pos = lr.filter(pl.col("hid") == "position")
     assert pos["unit_score"].is_null().all() and "logreg" in pos["reason"][0]
+
+
+def test_constant_hypothesis_does_not_block_early_stopping():
+    model = dl.Model(Replay(), encode=lambda seeds: torch.tensor(
+        np.stack([_signals(x)[0] for x in seeds]), dtype=torch.float32)[..., None],
+        symbols=lambda s: 20, name="replay")  # fmt: skip
+
+    @dl.hypothesis(kind="continuous")
+    def strong(seed):
+        return _signals(seed)[0]
+
+    @dl.hypothesis
+    def never(seed):
+        return [0] * 20
+
+    f = dl.inspect([model], [strong, never], ["corr"], range(20_000), units=[("", "*")],
+                   eps=0.05, block_size=512, cache=False)  # fmt: skip
+    n = dict(zip(f["hid"], f["n_records"], strict=True))
+    assert n["never"] < 20_000 and n["strong"] < 20_000
+    assert f.filter(pl.col("hid") == "never")["reason"][0].startswith("hypothesis is constant")

@@ -22,6 +22,12 @@ from .measures import Measure
 from .plan import ModelPlan, as_families, as_measures, as_models, normalize_units, plan_model
 
 
+#: Records after which a pair whose score is still null (constant so far) counts as settled.
+#: A hypothesis that first fires after this many records is missed under early stopping;
+#: ``eps=None`` reads everything.
+NULL_SETTLE_RECORDS = 2048
+
+
 @dataclass
 class Progress:
     """Where a run stands; passed to per-block callbacks."""
@@ -236,6 +242,10 @@ class Inspection:
                 continue
             res = s.measure.peek(s.state, self.confidence)
             new = (res.err <= self.eps) & ~s.converged
+            if self.progress.records_read >= NULL_SETTLE_RECORDS:
+                # Still null with a reason (a hypothesis or unit constant so far): no error
+                # estimate will ever come, so waiting for one would defeat early stopping.
+                new |= np.isnan(res.unit_score) & (res.reason != None) & ~s.converged  # noqa: E711
             if not new.any():
                 continue
             _snapshot(s, res, new, self.progress.records_read)
