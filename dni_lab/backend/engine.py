@@ -21,7 +21,6 @@ from .hypotheses import hypothesis_block
 from .measures import Measure
 from .plan import ModelPlan, as_families, as_measures, as_models, normalize_units, plan_model
 
-
 #: Records after which a pair whose score is still null (constant so far) counts as settled.
 #: A hypothesis that first fires after this many records is missed under early stopping;
 #: ``eps=None`` reads everything.
