@@ -141,6 +141,16 @@ def open_notebook(page: Any, server: str, name: str) -> None:
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     # the kernel is ready when the status shows Idle
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    accept_dialogs(page)
+
+
+def accept_dialogs(page: Any) -> None:
+    """Accept a dialog JupyterLab sometimes raises on open (e.g. "Select Kernel", with the
+    notebook's own kernel preselected): a person would press its default button."""
+    button = page.locator(".jp-Dialog .jp-mod-accept")
+    if button.count() and button.first.is_visible():
+        button.first.click()
+        page.wait_for_selector(".jp-Dialog", state="detached", timeout=10_000)
 
 
 def run_cell(page: Any, index: int, tries: int = 3) -> None:
@@ -149,6 +159,7 @@ def run_cell(page: Any, index: int, tries: int = 3) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
     prompt = cell.locator(".jp-InputArea-prompt")
     for _ in range(tries):
+        accept_dialogs(page)
         cell.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Shift+Enter")
         deadline = time.monotonic() + 5
