@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import dni_lab as dl
+from dni_lab.backend.query.subset import SubsetFamily
 from dni_lab.widgets import QueryBuilder
-from dni_lab.widgets.query_builder import SignalSubset, units_spec
+from dni_lab.widgets.query_builder import units_spec
 
 
 def test_units_spec():
@@ -50,17 +51,17 @@ def test_generated_sql_parses_with_the_query_layer(char_model, records, hyps):
     assert q.inspect is not None and [m.name for m in q.inspect.measures] == ["corr"]
 
 
-def test_signal_subset_family():
+def test_subset_family():
     fam = dl.hypothesis_family(signals=["a", "b"], name="fam")(
         lambda r: {"a": [1] * len(r), "b": [2] * len(r)}
     )
-    sub = SignalSubset(fam, ["b"])
+    sub = SubsetFamily(fam, ["b"])
     assert sub.hids() == ["fam.b"] and sub.evaluate("xy") == {"b": [2, 2]}
-    assert sub.fingerprint() != SignalSubset(fam, ["a"]).fingerprint()
+    assert sub.fingerprint() != SubsetFamily(fam, ["a"]).fingerprint()
     arr = dl.hypothesis_family(signals=["a", "b"], name="arr")(
         lambda r: np.ones((len(r), 2)) * [1, 2]
     )
-    assert SignalSubset(arr, ["b"]).evaluate("xyz").tolist() == [[2.0]] * 3
+    assert SubsetFamily(arr, ["b"]).evaluate("xyz").tolist() == [[2.0]] * 3
 
 
 def test_run_streams_into_the_table_and_stops(char_model, records, hyps):

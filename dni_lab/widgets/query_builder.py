@@ -5,44 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import polars as pl
 import traitlets
 
 from ..backend.api import inspect
-from ..backend.hypotheses import HypothesisFamily, as_family
+from ..backend.hypotheses import as_family
+from ..backend.measures import REGISTRY
+from ..backend.query.subset import select_signals
 from ..backend.run import Run
 from ._base import Panel, esm
 from ._behavior import as_model_map
 from .table import ScoreTable
 
-MEASURES = ("corr", "mi", "diffmeans", "iou", "local_iou", "logreg", "ridge")
-
-
-class SignalSubset(HypothesisFamily):
-    """The chosen signals of a family (the builder lets a person pick single signals)."""
-
-    def __init__(self, parent: HypothesisFamily, signals: list[str]) -> None:
-        self.parent, self.picked = parent, list(signals)
-        self.name, self.kind, self.categories = parent.name, parent.kind, parent.categories
-        self._cols = [parent.signals().index(s) for s in self.picked]
-
-    def signals(self) -> list[str]:
-        return list(self.picked)
-
-    def hids(self) -> list[str]:
-        full = dict(zip(self.parent.signals(), self.parent.hids(), strict=True))
-        return [full[s] for s in self.picked]
-
-    def evaluate(self, record: Any) -> Any:
-        out = self.parent.evaluate(record)
-        if isinstance(out, Mapping):
-            return {s: out[s] for s in self.picked}
-        return np.asarray(out)[:, self._cols]
-
-    def get_params(self) -> dict[str, Any]:
-        # the parent's fingerprint keys the cache: same family, same signals, same values
-        return {"parent": self.parent.fingerprint(), "signals": self.picked}
+# Every built-in measure, as the registry names them (a new measure appears in the form).
+MEASURES = tuple(REGISTRY)
 
 
 def _quote(values: Sequence[Any]) -> str:
@@ -168,7 +144,7 @@ class QueryBuilder(Panel):
         for f in self.families:
             sigs = [s for s, hid in zip(f.signals(), f.hids(), strict=True) if hid in chosen]
             if sigs:
-                fams.append(f if len(sigs) == len(f.signals()) else SignalSubset(f, sigs))
+                fams.append(select_signals(f, sigs))
         units = []
         for mid in q["models"]:
             for u in q.get("units", {}).get(mid, []):

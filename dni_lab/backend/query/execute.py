@@ -23,6 +23,7 @@ from ..run import Run
 from .final import Final
 from .planner import Plan, Step
 from .sql import RelationalEngine
+from .subset import select_signals
 
 _INTERNAL = {"__dl_m": pl.Int64, "__dl_g": pl.Int64}
 
@@ -179,31 +180,6 @@ class QueryRun(Run):
         return f"<QueryRun {state}: {steps} steps, {p.records_read} records, {p.blocks} blocks>"
 
 
-class SubsetFamily(HypothesisFamily):
-    """Some signals of a family (those a query selected); evaluates the whole family once."""
-
-    def __init__(self, parent: HypothesisFamily, signals: list[str]) -> None:
-        self.parent, self.subset = parent, list(signals)
-        self.name, self.kind, self.categories = parent.name, parent.kind, parent.categories
-        self._hid = dict(zip(parent.signals(), parent.hids(), strict=True))
-        self._col = {s: k for k, s in enumerate(parent.signals())}
-
-    def signals(self) -> list[str]:
-        return list(self.subset)
-
-    def hids(self) -> list[str]:
-        return [self._hid[s] for s in self.subset]
-
-    def evaluate(self, record: Any) -> Any:
-        out = self.parent.evaluate(record)
-        if isinstance(out, dict) or hasattr(out, "keys"):
-            return {s: out[s] for s in self.subset}
-        return np.asarray(out)[:, [self._col[s] for s in self.subset]]
-
-    def get_params(self) -> dict[str, Any]:
-        return {"parent": self.parent.fingerprint(), "signals": self.subset}
-
-
 def _families(plan: Plan, step: Step) -> list[HypothesisFamily]:
     by_entry: dict[int, list[str]] = {}
     for entry, sig, _ in step.hyps:
@@ -211,5 +187,5 @@ def _families(plan: Plan, step: Step) -> list[HypothesisFamily]:
     out = []
     for entry, sigs in by_entry.items():
         fam = plan.scope.hyps[entry].family
-        out.append(fam if sigs == fam.signals() else SubsetFamily(fam, sigs))
+        out.append(select_signals(fam, sigs))
     return out
