@@ -5,8 +5,9 @@ while the cell shows its progress; the final Polars frame is the cell's
 result (and stored under ``-o NAME``). A mistake in the query is a
 ``UsageError`` that shows the position, a caret and suggestions, not a traceback.
 
-The progress display is :func:`live_display`; replace it (``dni_lab.magic.live_display
-= fn``) to show something richer, such as a live score table.
+While the query runs the cell shows :func:`live_display` (a live score table);
+replace it (``dni_lab.magic.live_display = fn``) to show something else, such as
+:class:`~dni_lab.widgets.progress.ProgressView`.
 """
 
 from __future__ import annotations
@@ -41,56 +42,16 @@ class LiveView(Protocol):
     def finish(self) -> None: ...
 
 
-def progress_text(run: QueryRun) -> str:
-    """One line on where a run stands: records, blocks, converged pairs, time."""
-    p = run.progress
-    total = f"/{p.total_records:,}" if p.total_records else ""
-    state = "cancelled" if p.cancelled else "done" if p.done else "running"
-    return (
-        f"{state}: {p.records_read:,}{total} records, {p.blocks} blocks, "
-        f"{p.pairs_converged:,}/{p.pairs_total:,} pairs converged, {p.elapsed_s:.1f} s"
-    )
-
-
-class ProgressView:
-    """A progress bar and a line of text (ipywidgets); nothing without ipywidgets."""
-
-    def __init__(self, run: QueryRun) -> None:
-        self.run = run
-        self.box = self.bar = self.label = None
-        try:
-            import ipywidgets as w
-        except ImportError:  # without widgets the cell stays quiet until the result
-            return
-        self.bar = w.IntProgress(min=0, max=max(1, run.progress.total_records or 1))
-        self.label = w.Label(progress_text(run))
-        self.box = w.HBox([self.bar, self.label])
-
-    def _ipython_display_(self) -> None:
-        if self.box is not None:
-            from IPython.display import display
-
-            display(self.box)
-
-    def update(self) -> None:
-        if self.bar is not None:
-            self.bar.value = min(self.run.progress.records_read, self.bar.max)
-            self.label.value = progress_text(self.run)
-
-    def finish(self) -> None:
-        self.update()
-        if self.bar is not None:
-            self.bar.bar_style = "warning" if self.run.progress.cancelled else "success"
-
-
 def live_display(run: QueryRun) -> LiveView:
-    """The view of ``run`` the cell shows while it goes on: the live score table, or a
-    progress bar where the widgets cannot load. Replaceable
-    (``dni_lab.magic.live_display = fn``); see :class:`LiveView`."""
-    try:
-        from .widgets.table import ScoreTable
-    except ImportError:  # anywidget missing: the progress bar still tells the story
-        return ProgressView(run)
+    """The view of ``run`` the cell shows while it goes on: a live score table.
+
+    Replaceable (``dni_lab.magic.live_display = fn``), e.g. by
+    :class:`dni_lab.widgets.progress.ProgressView` for a plain progress bar; see
+    :class:`LiveView`.
+    """
+    # Imported here: the panels load anywidget, which a cell without a live view never needs.
+    from .widgets.table import ScoreTable
+
     return ScoreTable(run)
 
 

@@ -147,10 +147,12 @@ def test_progress_view_and_text(session, monkeypatch):
     _, cat = session
     run = dl.query(PAPER_QUERY, catalog=cat, namespace={}, background=True)
     run.wait()
-    view = magic.ProgressView(run)
+    from dni_lab.widgets.progress import ProgressView, progress_text
+
+    view = ProgressView(run)
     view.finish()
     assert view.bar.value == view.bar.max == 80 and view.bar.bar_style == "success"
-    assert magic.progress_text(run).startswith("done: 80/80 records, ")
+    assert progress_text(run).startswith("done: 80/80 records, ")
 
 
 @pytest.mark.parametrize(

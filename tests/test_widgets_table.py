@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 import dni_lab as dl
-from dni_lab.widgets import ScoreTable, live_display
+from dni_lab.widgets import ScoreTable
 
 
 def big_frame(n: int = 1000, seed: int = 0) -> pl.DataFrame:
@@ -116,7 +116,7 @@ def test_live_run_streams_and_stops(char_model, records, hyps):
         background=True,
         cache=False,
     )
-    t = live_display(run)
+    t = ScoreTable(run)
     t._min_interval = 0.0
     seen = []
     t.observe(lambda c: seen.append(c["new"].get("records_read")), names=["_status"])
@@ -140,28 +140,20 @@ def test_frame_callbacks_and_setter():
     assert got == [(10, True)] and t._page["rows"]
 
 
-def test_magic_hook_and_liveview_protocol(char_model, records, hyps):
+def test_magic_default_view_follows_the_liveview_protocol(char_model, records, hyps):
     magic = pytest.importorskip("dni_lab.magic")
-    from dni_lab.widgets import use_live_table
-
-    before = magic.live_display
-    use_live_table()
-    try:
-        run = dl.inspect(
-            models=[char_model],
-            hypotheses=hyps,
-            data=records,
-            units=[("lstm", [0])],
-            eps=None,
-            background=True,
-            cache=False,
-        )
-        view = magic.live_display(run)
-        assert isinstance(view, ScoreTable)
-        run.wait(30)
-        view.update()
-        view.finish()
-        assert view._status["state"] == "done" and view.frame.height == 2
-    finally:
-        use_live_table(False)
-    assert magic.live_display is before
+    run = dl.inspect(
+        models=[char_model],
+        hypotheses=hyps,
+        data=records,
+        units=[("lstm", [0])],
+        eps=None,
+        background=True,
+        cache=False,
+    )
+    view = magic.live_display(run)
+    assert isinstance(view, ScoreTable)
+    run.wait(30)
+    view.update()
+    view.finish()
+    assert view._status["state"] == "done" and view.frame.height == 2

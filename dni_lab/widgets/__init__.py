@@ -13,8 +13,9 @@ from .charts import epoch_scores, heatmap, sorted_scores, verification
 from .image_overlay import ImageOverlay
 from .lab import Lab
 from .plots import Plot, to_svg
+from .progress import ProgressView, progress_text
 from .query_builder import QueryBuilder
-from .table import ScoreTable, live_display, use_live_table
+from .table import ScoreTable
 from .text_overlay import TextOverlay
 
 __all__ = [
@@ -22,16 +23,16 @@ __all__ = [
     "Lab",
     "Panel",
     "Plot",
+    "ProgressView",
     "QueryBuilder",
     "ScoreTable",
     "TextOverlay",
     "epoch_scores",
     "heatmap",
     "link_selection",
-    "live_display",
+    "progress_text",
     "selection_key",
     "sorted_scores",
     "to_svg",
-    "use_live_table",
     "verification",
 ]

@@ -289,22 +289,3 @@ class ScoreTable(Panel):
         msg = {"type": "download", "name": f"scores.{fmt}", "mime": _MIME[fmt]}
         return msg, [payload]
 
-
-def live_display(run: Run) -> ScoreTable:
-    """A live score table for ``run``: a view for the ``%%inspect`` magic's display hook."""
-    return ScoreTable(run)
-
-
-def use_live_table(enable: bool = True) -> None:
-    """Make ``%%inspect`` show a live :class:`ScoreTable` instead of its progress bar.
-
-    Sets the magic's replaceable hook ``dni_lab.magic.live_display``; ``enable=False``
-    puts the magic's own display back. While the magic's cell runs, the kernel reads no
-    browser messages, so sorting and Stop act once the cell ends (interrupt the kernel to
-    stop early); the table itself updates block by block.
-    """
-    from .. import magic
-
-    if not hasattr(magic, "_default_live_display"):
-        magic._default_live_display = magic.live_display
-    magic.live_display = live_display if enable else magic._default_live_display
