@@ -1,57 +1,26 @@
 """The session catalog: models (checkpoints) with metadata, hypotheses, input datasets.
 
-The catalog holds Python objects; :mod:`.relations` turns them, together with
-the notebook's namespace, into the relations a query reads: ``models``,
-``units``, ``hypotheses`` and ``inputs``.
+The catalog holds Python objects (:mod:`.entries`); :mod:`.relations` turns
+them, together with the notebook's namespace, into the relations a query reads:
+``models``, ``units``, ``hypotheses`` and ``inputs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
-from ..errors import DNIError
+from ..errors import DNIError, did_you_mean
 from ..hypotheses import Hypothesis, HypothesisFamily, as_family
 from ..models import Model
+from .entries import CatalogContents, Dataset, HypothesisEntry, ModelEntry, source_of
+from .errors import QueryError
+from .relations import Scope
 
 
-@dataclass
-class ModelEntry:
-    """A model (one checkpoint) and its metadata; checkpoints of one model share a name."""
-
-    model: Model
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def mid(self) -> str:
-        return self.model.name
-
-
-@dataclass
-class HypothesisEntry:
-    """A hypothesis family (a plain hypothesis is a family of one) and where it comes from."""
-
-    family: HypothesisFamily
-    source: str
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(repr=False)
-class Dataset:
-    """Input records under a dataset id (``did``)."""
-
-    did: str
-    records: Sequence[Any]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:  # the records themselves would flood a notebook's output
-        return f"<Dataset {self.did!r}: {len(self.records)} records>"
-
-
-class Catalog:
+class Catalog(CatalogContents):
     """What a notebook session has registered for queries.
 
     Models, hypotheses and datasets registered here appear in the relations
@@ -71,12 +40,6 @@ class Catalog:
     """
 
     _default: ClassVar[Catalog | None] = None
-
-    def __init__(self) -> None:
-        self.models: list[ModelEntry] = []
-        self.hypotheses: list[HypothesisEntry] = []
-        self.datasets: dict[str, Dataset] = {}
-        self.tables: dict[str, pl.DataFrame] = {}
 
     @classmethod
     def default(cls) -> Catalog:
@@ -159,14 +122,9 @@ class Catalog:
     # -- reading -----------------------------------------------------------------
     def relation(self, name: str, namespace: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """A relation as a query sees it (``"models"``, ``"units"``, ...), for exploring."""
-        from .relations import Scope
-
         scope = Scope(self, namespace)
         rel = scope.resolve(name)
         if rel is None:
-            from ..errors import did_you_mean
-            from .errors import QueryError
-
             raise QueryError(f"unknown relation {name!r}.{did_you_mean(name, scope.names())}")
         frame = scope.frame(rel)
         return frame.select([c for c in frame.columns if not c.startswith("__dl_")])
@@ -176,10 +134,3 @@ class Catalog:
             f"<Catalog: {len(self.models)} models, {len(self.hypotheses)} hypotheses, "
             f"{len(self.datasets)} datasets, {len(self.tables)} tables>"
         )
-
-
-def source_of(fam: HypothesisFamily) -> str:
-    """Where a hypothesis is defined: the module of its function or class."""
-    fn = getattr(fam, "fn", None)
-    mod = getattr(fn, "__module__", None) if fn is not None else type(fam).__module__
-    return str(mod or "unknown")

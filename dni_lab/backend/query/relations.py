@@ -20,7 +20,7 @@ import torch
 from ..extract import layer_widths
 from ..hypotheses import HypothesisFamily, as_family
 from ..models import Model, default_symbols
-from .catalog import Catalog, Dataset, HypothesisEntry, ModelEntry, source_of
+from .entries import CatalogContents, Dataset, HypothesisEntry, ModelEntry, source_of
 from .errors import QueryError
 
 STANDARD = ("models", "units", "hypotheses", "inputs")
@@ -46,7 +46,9 @@ class Relation:
 class Scope:
     """The catalog seen through one namespace: every object a query can reach, numbered."""
 
-    def __init__(self, catalog: Catalog, namespace: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, catalog: CatalogContents, namespace: Mapping[str, Any] | None = None
+    ) -> None:
         self.catalog = catalog
         self.ns = {k: v for k, v in (namespace or {}).items() if not k.startswith("_")}
         self.ns = {k: v for k, v in self.ns.items() if k not in _SKIP}
