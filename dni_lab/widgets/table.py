@@ -220,7 +220,8 @@ class ScoreTable(Panel):
             view = apply_filter(self._frame, self._filter)
             self._error = ""
         except ValueError as exc:
-            view, self._error = self._frame, str(exc)
+            view = self._frame
+            self._error = str(exc)
         self._view = apply_sort(view, self._sort)
         self._push_page()
 
@@ -288,4 +289,3 @@ class ScoreTable(Panel):
             payload = path.read_bytes()
         msg = {"type": "download", "name": f"scores.{fmt}", "mime": _MIME[fmt]}
         return msg, [payload]
-

@@ -72,7 +72,8 @@ class _Trainer:
     """Trains one configuration once, keeping per-epoch weights for checkpoints."""
 
     def __init__(self, config: dict[str, Any], keep_epochs: bool) -> None:
-        self.config, self.keep_epochs = config, keep_epochs
+        self.config = config
+        self.keep_epochs = keep_epochs
         self.vocab = charlm.Vocab()
         c = config
         self.train_recs = records(c["n_queries"], seed=c["seed"], n_rules=c["n_rules"])

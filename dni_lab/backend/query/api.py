@@ -11,9 +11,9 @@ import polars as pl
 from .catalog import Catalog
 from .execute import QueryInspection, QueryRun
 from .final import build_final
+from .grouping import group_query
 from .nodes import Query
 from .parser import parse
-from .planner import plan
 from .relations import Scope
 from .sql import DEFAULT_ENGINE, RelationalEngine, SQLEngineError
 
@@ -101,8 +101,8 @@ def run_query(
         if options or background:
             raise q.error("run options apply to INSPECT queries; this query has no INSPECT", 0)
         return _plain(q, scope, engine)
-    p = plan(q, scope, dict(options or {}), engine)
-    insp = QueryInspection(p, build_final(p), engine)
+    grouping = group_query(q, scope, dict(options or {}), engine)
+    insp = QueryInspection(grouping, build_final(grouping), engine)
     if background:
         run = QueryRun(insp)  # type: ignore[arg-type]
         if on_block is not None:

@@ -33,7 +33,7 @@ _COMPARE = ("=", "==", "<>", "!=", "<", "<=", ">", ">=")
 
 @dataclass
 class Bound:
-    """A relation under its alias in FROM; ``frame`` is filled by the planner."""
+    """A relation under its alias in FROM; ``frame`` is filled by :mod:`.grouping`."""
 
     alias: str
     rel: Relation
@@ -49,7 +49,8 @@ class Binder:
     """Binds one query's names against a :class:`Scope`."""
 
     def __init__(self, q: Query, scope: Scope) -> None:
-        self.q, self.scope = q, scope
+        self.q = q
+        self.scope = scope
         self.aliases: dict[str, Bound] = {}
         for item in q.from_:
             self.aliases[item.alias] = Bound(

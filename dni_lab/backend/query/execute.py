@@ -1,4 +1,4 @@
-"""Running a plan: one engine inspection per step, S assembled, the final statement applied.
+"""Running a grouping: one engine inspection per step, S assembled, the final statement applied.
 
 :class:`QueryInspection` has the shape :class:`~dni_lab.Run` drives (``run``,
 ``frame``, ``progress``, ``cancel``), so a query runs in the background with
@@ -21,7 +21,7 @@ from ..frames import SCHEMA, empty_frame
 from ..hypotheses import HypothesisFamily
 from ..run import Run
 from .final import Final
-from .planner import Plan, Step
+from .grouping import Grouping, Step
 from .sql import RelationalEngine
 from .subset import select_signals
 
@@ -29,11 +29,13 @@ _INTERNAL = {"__dl_m": pl.Int64, "__dl_g": pl.Int64}
 
 
 class QueryInspection:
-    """Runs a plan's steps in order; ``frame()`` is S so far, ``run()`` returns the result."""
+    """Runs a grouping's steps in order; ``frame()`` is S so far, ``run()`` returns the result."""
 
-    def __init__(self, plan: Plan, final: Final, engine: RelationalEngine) -> None:
-        self.plan, self.final, self.engine = plan, final, engine
-        self.progress = Progress(total_records=sum(len(s.records) for s in plan.steps))
+    def __init__(self, grouping: Grouping, final: Final, engine: RelationalEngine) -> None:
+        self.grouping = grouping
+        self.final = final
+        self.engine = engine
+        self.progress = Progress(total_records=sum(len(s.records) for s in grouping.steps))
         self.current: Inspection | None = None
         self.step_index = 0
         self._names: dict[str, int] = {}
@@ -44,7 +46,7 @@ class QueryInspection:
 
     @property
     def steps(self) -> list[Step]:
-        return self.plan.steps
+        return self.grouping.steps
 
     def cancel(self) -> None:
         """Stop after the block in flight; later steps do not start."""
@@ -59,13 +61,15 @@ class QueryInspection:
                 break
             insp = self._inspection(step)
             with self._lock:
-                self.current, self.step_index = insp, k
+                self.current = insp
+                self.step_index = k
             frame = insp.run(on_block=lambda _i: self._after_block(start, on_block))
             rows = self._rows(step, frame)
             with self._lock:
                 self._done.append(rows)
                 self.current = None
-                p, b = insp.progress, self._base
+                p = insp.progress
+                b = self._base
                 # A step that stopped early is finished: count all its records as done.
                 b.records_read += p.records_read if p.cancelled else len(step.records)
                 b.blocks += p.blocks
@@ -73,7 +77,7 @@ class QueryInspection:
                 b.pairs_converged += p.pairs_converged
             self._cancel |= insp.progress.cancelled
         self._sync(start, done=True)
-        return self.final.run(self.plan.query, self.engine, self.scores(internal=True))
+        return self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
 
     # -- S -----------------------------------------------------------------------
     def frame(self, final: bool = False) -> pl.DataFrame:
@@ -96,8 +100,9 @@ class QueryInspection:
         return s
 
     def _inspection(self, step: Step) -> Inspection:
-        scope, opts = self.plan.scope, self.plan.options
-        models, self._names = [], {}
+        scope = self.grouping.scope
+        models: list[Any] = []
+        self._names = {}
         names = [scope.models[m].mid for m in step.ckpts]
         for m in step.ckpts:
             model = scope.models[m].model
@@ -108,14 +113,19 @@ class QueryInspection:
             self._names[model.name] = m
             models.append(model)
         records = [scope.datasets[d].records[r] for d, r in step.records]
+        families = _families(self.grouping, step)
         return Inspection(
-            models, _families(self.plan, step), self.plan.measures, records, units=step.units,
-            **opts,
-        )  # fmt: skip
+            models,
+            families,
+            self.grouping.measures,
+            records,
+            units=step.units,
+            **self.grouping.options,
+        )
 
     def _rename(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Engine model names back to checkpoint ids (``__dl_m``) and the models' own names."""
-        mids = {n: self.plan.scope.models[m].mid for n, m in self._names.items()}
+        mids = {n: self.grouping.scope.models[m].mid for n, m in self._names.items()}
         return frame.with_columns(
             __dl_m=pl.col("mid").replace_strict(self._names, return_dtype=pl.Int64, default=None),
             mid=pl.col("mid").replace_strict(mids, return_dtype=pl.String, default=None),
@@ -126,7 +136,7 @@ class QueryInspection:
         frame = self._rename(frame)
         parts = []
         for gi in step.groups:
-            g = self.plan.groups[gi]
+            g = self.grouping.groups[gi]
             rows = frame.filter(pl.col("hid").is_in([h for _, _, h in g.hyps]))
             explicit = {m: u for m, u in g.units.items() if u is not None}
             if explicit:
@@ -155,8 +165,9 @@ class QueryInspection:
             on_block(self)
 
     def _sync(self, start: float, done: bool = False) -> None:
-        p, b, cur = self.progress, self._base, self.current
-        c = cur.progress if cur is not None else Progress()
+        p = self.progress
+        b = self._base
+        c = self.current.progress if self.current is not None else Progress()
         p.records_read = b.records_read + c.records_read
         p.blocks = b.blocks + c.blocks
         p.pairs_total = b.pairs_total + c.pairs_total
@@ -180,12 +191,12 @@ class QueryRun(Run):
         return f"<QueryRun {state}: {steps} steps, {p.records_read} records, {p.blocks} blocks>"
 
 
-def _families(plan: Plan, step: Step) -> list[HypothesisFamily]:
+def _families(grouping: Grouping, step: Step) -> list[HypothesisFamily]:
     by_entry: dict[int, list[str]] = {}
     for entry, sig, _ in step.hyps:
         by_entry.setdefault(entry, []).append(sig)
     out = []
     for entry, sigs in by_entry.items():
-        fam = plan.scope.hyps[entry].family
+        fam = grouping.scope.hyps[entry].family
         out.append(select_signals(fam, sigs))
     return out

@@ -16,8 +16,8 @@ import polars as pl
 
 from ..errors import did_you_mean
 from ..frames import SCHEMA
+from .grouping import Grouping
 from .nodes import Query, Span, has_aggregate, scan_refs, split_top
-from .planner import Plan
 from .sql import RelationalEngine, SQLEngineError
 from .tokens import quote_ident
 
@@ -40,7 +40,7 @@ class Final:
         return out.select([c for c in out.columns if not c.startswith("__dl_")])
 
 
-def build_final(p: Plan) -> Final:
+def build_final(p: Grouping) -> Final:
     """Check every reference after INSPECT and write the statement over S."""
     q, bd = p.query, p.binder
     S = q.inspect.alias  # type: ignore[union-attr]
@@ -97,7 +97,7 @@ def build_final(p: Plan) -> Final:
     return final
 
 
-def _group_by(p: Plan) -> list[str]:
+def _group_by(p: Grouping) -> list[str]:
     if not p.key_refs:
         return []
     return ["GROUP BY " + ", ".join(f"{quote_ident(a)}.{quote_ident(c)}" for a, c in p.key_refs)]
@@ -106,8 +106,10 @@ def _group_by(p: Plan) -> list[str]:
 class _Context:
     """Resolves references after INSPECT: S's columns, joined rows, grouping keys."""
 
-    def __init__(self, p: Plan, visible: dict[str, list[str]]) -> None:
-        self.p, self.q, self.visible = p, p.query, visible
+    def __init__(self, p: Grouping, visible: dict[str, list[str]]) -> None:
+        self.p = p
+        self.q = p.query
+        self.visible = visible
         self.S = p.query.inspect.alias  # type: ignore[union-attr]
         self.outputs: set[str] = set()
 

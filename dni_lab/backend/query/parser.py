@@ -230,12 +230,14 @@ def _parse_from(q: Query, strict: bool) -> list[FromItem]:
             i += 1
             continue
         name = _ident(q, i, "a relation name")
-        item, i = FromItem(name, name, i), i + 1
+        item = FromItem(name, name, i)
+        i += 1
         if toks[i].is_kw("AS"):
             item.alias = _ident(q, i + 1, "an alias after AS", stop)
             i += 2
         elif i < stop and toks[i].kind == "ident" and toks[i].text.upper() not in _NOT_ALIAS:
-            item.alias, i = toks[i].value, i + 1
+            item.alias = toks[i].value
+            i += 1
         if i < stop and toks[i].is_kw("ON"):
             j = i + 1
             while j < stop and not (toks[j].is_punct(",") or toks[j].is_kw(*_JOIN_WORDS)):

@@ -3,7 +3,7 @@
 Everything relational (filters, joins before INSPECT; projections, HAVING,
 ORDER BY and LIMIT after it) goes through :class:`RelationalEngine`, so
 another engine (DuckDB, a database holding the catalog) can replace Polars
-without touching the planner.
+without touching the rest of the query layer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The planner: FROM/WHERE choose units, hypotheses and inputs; GROUP BY makes groups.
+"""Grouping: FROM/WHERE choose units, hypotheses and inputs; GROUP BY makes groups.
 
 Relations are never cross-joined whole (units × hypotheses × records would be
 huge). WHERE is split into conjuncts; a conjunct on one alias filters that
@@ -57,7 +57,9 @@ class Step:
 
 
 @dataclass
-class Plan:
+class Grouping:
+    """A query bound to its scope and split into GROUP BY groups and engine steps."""
+
     query: Query
     scope: Scope
     binder: Binder
@@ -72,9 +74,9 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
 
 
-def plan(
+def group_query(
     q: Query, scope: Scope, options: dict[str, Any], engine: RelationalEngine = DEFAULT_ENGINE
-) -> Plan:
+) -> Grouping:
     """Bind, filter, group and split a parsed INSPECT query into engine steps."""
     ins = q.inspect
     assert ins is not None
@@ -120,7 +122,7 @@ def plan(
         # Units always belong to their own model; DeepBase writes M.mid = U.mid, we imply it.
         join = f'{quote_ident(mb.alias)}."mid" = {quote_ident(ub.alias)}."mid"'
         links.append(((ins.tok, ins.tok + 1), join, {mb.alias, ub.alias}))
-    p = Plan(q, scope, bd, ub, hb, db, mb, measures, opts, keys)
+    p = Grouping(q, scope, bd, ub, hb, db, mb, measures, opts, keys)
     comps = _components(q, bd, links, engine)
     p.groups = _groups(p, comps)
     p.steps = _steps(p)
@@ -179,7 +181,7 @@ def _components(q: Query, bd: Binder, links: list, engine: RelationalEngine) -> 
     return out
 
 
-def _groups(p: Plan, comps: list[pl.DataFrame]) -> list[Group]:
+def _groups(p: Grouping, comps: list[pl.DataFrame]) -> list[Group]:
     bd = p.binder
     parts_per_comp = []
     for comp in comps:
@@ -211,7 +213,7 @@ def _rows(b: Bound, part: pl.DataFrame) -> pl.DataFrame:
     return b.frame.join(ids, on=ROW, how="semi").sort(ROW)  # type: ignore[union-attr]
 
 
-def _group(p: Plan, keys: dict, rows: dict[str, pl.DataFrame]) -> Group:
+def _group(p: Grouping, keys: dict, rows: dict[str, pl.DataFrame]) -> Group:
     scope, ub = p.scope, p.units
     units: dict[int, Any] = {}
     if ub.kind == "models":
@@ -235,7 +237,7 @@ def _group(p: Plan, keys: dict, rows: dict[str, pl.DataFrame]) -> Group:
     return Group(keys, units, hyps, recs)
 
 
-def _steps(p: Plan) -> list[Step]:
+def _steps(p: Grouping) -> list[Step]:
     """Engine calls; groups share one when no measure is joint and their records agree."""
     joint = any(m.joint for m in p.measures)
     buckets: dict[Any, list[int]] = {}
@@ -268,7 +270,7 @@ def _triples(h: pl.DataFrame) -> list[tuple[int, str, str]]:
     return list(h.select("__dl_h", "__dl_sig", "hid").iter_rows())
 
 
-def _unit_spec(p: Plan, ckpt: int, uids: np.ndarray) -> list[Any]:
+def _unit_spec(p: Grouping, ckpt: int, uids: np.ndarray) -> list[Any]:
     """One multi-layer unit group: ``[[(layer, "*" | [indices]), ...]]`` in address order."""
     e = p.scope.models[ckpt]
     u = p.units.frame.filter((pl.col("mid") == e.mid) & pl.col("uid").is_in(uids.tolist()))  # type: ignore[union-attr]
