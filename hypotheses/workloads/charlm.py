@@ -10,15 +10,16 @@ budget, which would make the weights depend on the machine's speed).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from .store import using_threads
 
 #: Target id that the loss and the evaluator skip (padding, unscored positions).
 IGNORE = -1
@@ -253,17 +254,6 @@ def train(
         "train_cpu_seconds": round(time.process_time() - c0, 2),
         "loss_history": history,
     }
-
-
-@contextlib.contextmanager
-def using_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, then restore the caller's setting."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _batches(lengths: torch.Tensor, batch_size: int, order: torch.Generator) -> list[torch.Tensor]:

@@ -16,15 +16,14 @@ ghost detector appear?" studies (:func:`load_checkpoints`).
 
 Accuracy on held-out episodes (seed 0; always answering the most frequent move
 scores 0.27-0.30): quick 0.92 (6 epochs, about 7 s of one CPU core), full 0.96
-(10 epochs, about 75 s). Training runs on one thread (see :func:`one_thread`).
+(10 epochs, about 75 s). Training runs on one thread (see :func:`~.store.using_threads`).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from torch import nn
 
 from hypotheses import gridworld as gw
 
-from .store import cached_model
+from .store import cached_model, using_threads
 
 NAME = "gridworld-cnn"
 LAYERS = ("conv1", "conv2", "conv3")
@@ -100,19 +99,6 @@ def _splits(cfg: dict[str, Any]) -> dict[str, gw.GridData]:
     return out
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread: training is then bitwise reproducible whatever the
-    machine's core count, and these tiny ops gain little from threads while they
-    slow down badly when other processes share the cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def _train_all(cfg: dict[str, Any]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, Any]]]:
     """Train once; return the state and metrics after every epoch (0 = untrained)."""
     start = time.perf_counter()
@@ -163,7 +149,7 @@ def _checkpoint(
 
     def train(module: nn.Module) -> dict[str, Any]:
         if "states" not in shared:
-            with one_thread():
+            with using_threads(1):
                 shared["states"], shared["metrics"] = _train_all(cfg)
         module.load_state_dict(shared["states"][epoch])
         return shared["metrics"][epoch]
@@ -181,13 +167,14 @@ def load(
     Parameters
     ----------
     quick : bool
-        The quick variant (fewer episodes and epochs; a few seconds to train).
+        40 training episodes, 16 channels and 6 epochs instead of 120, 32 and 10.
     epochs : int, optional
-        Override the number of epochs.
+        Overrides the quick/full epoch count.
     seed : int
-        Seed of the data and the initialization.
+        Seeds the episodes (:func:`data`) and the initialization.
     directory : path, optional
-        Model store directory (default ``$DNI_LAB_MODELS``).
+        Model store directory (default ``$DNI_LAB_MODELS``); one training run
+        stores every epoch's checkpoint.
     """
     cfg, shared = config(quick, epochs, seed), {}
     module, meta = _checkpoint(cfg, cfg["epochs"], shared, directory)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from . import charlm
-from .store import cached_model
+from .recipe import XY, Recipe, Records
 
 NAME = "parens-lstm"
 SPECIALIZED_NAME = "parens-specialized"
@@ -77,47 +78,22 @@ def records(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def _data(quick: bool, seed: int) -> tuple[list[str], list[str]]:
-    n_train = 1500 if quick else 8000
+def _records(quick: bool, seed: int) -> Records:
     # A different generator seed for held-out records; overlap of short common
     # strings is part of the language's distribution, not leakage.
-    return records(n_train, seed=seed), records(1000, seed=seed + 7919)
+    return Records(records(1500 if quick else 8000, seed=seed), records(1000, seed=seed + 7919))
 
 
-def _build(hidden: int, seed: int) -> Callable[[], nn.Module]:
-    vocab = charlm.Vocab()
-    return charlm.seeded(lambda: charlm.CharLSTM(vocab, hidden, embed=16), seed)
-
-
-def load(
-    quick: bool = False,
-    hidden: int = 128,
-    epochs: int | None = None,
-    seed: int = 0,
-    directory: str | os.PathLike | None = None,
-) -> tuple[nn.Module, charlm.Vocab, dict[str, Any]]:
-    """The parentheses next-character LSTM, trained on first use and cached.
-
-    Parameters
-    ----------
-    quick : bool
-        Smaller data and fewer epochs (a few seconds; for tests and tours).
-    hidden : int
-        LSTM units (128 in the DNI paper).
-    epochs : int, optional
-        Overrides the quick/full default.
-    seed : int
-        Seeds data, initialisation and data order.
-    directory : path, optional
-        Model store directory (default ``$DNI_LAB_MODELS``).
-
-    Returns
-    -------
-    module, encode, meta
-        The model (eval mode), its encoder, and the store metadata with
-        ``accuracy`` (held-out next-character) and the baselines.
-    """
-    return _load(NAME, quick, hidden, epochs, seed, directory)
+#: 128 units as in the DNI paper; quick: 1,500 records and 6 epochs, full: 8,000 and 15.
+RECIPE = Recipe(
+    NAME,
+    _records,
+    hidden=128,
+    embed=16,
+    epochs=(6, 15),
+    settings={"max_depth": MAX_DEPTH, "max_len": MAX_LEN},
+)
+load = RECIPE.load
 
 
 def load_specialized(
@@ -141,7 +117,8 @@ def load_specialized(
     hypothesis : {"depth", "inside", "paren"}
         The signal S follows (see :data:`HYPOTHESES`).
     quick, seed, hidden, epochs, directory
-        As in :func:`load`; ``hidden`` defaults to DeepBase's 16 units.
+        As in :func:`load`; ``hidden`` defaults to DeepBase's 16 units, and the
+        quick and full variants train 15 and 30 epochs.
 
     Returns
     -------
@@ -159,7 +136,35 @@ def load_specialized(
         "weight": float(weight),
         "units": specialized_units(hidden, n_units_s, seed),
     }
-    return _load(SPECIALIZED_NAME, quick, hidden, epochs, seed, directory, spec)
+
+    def aux_loss(data: Records, train_xy: XY) -> dict[str, Any]:
+        width = train_xy[0].shape[1]
+        return {
+            "aux": _aux_targets(data.train, hypothesis, width, n_units_s),
+            "aux_units": spec["units"],
+            "aux_weight": spec["weight"],
+        }
+
+    def report(module: nn.Module, data: Records, _test_xy: XY) -> dict[str, Any]:
+        r = unit_correlations(module, charlm.Vocab(), data.test, hypothesis)
+        return {
+            "specialized_units": spec["units"],
+            "hypothesis": hypothesis,
+            "weight": spec["weight"],
+            "unit_r": [round(float(x), 4) for x in r],
+        }
+
+    recipe = replace(
+        RECIPE,
+        name=SPECIALIZED_NAME,
+        # 16 units are cheap per step and need more epochs to settle on the hypothesis
+        # as well as on the task.
+        epochs=(15, 30),
+        settings={**RECIPE.settings, "specialized": spec},
+        train_options=aux_loss,
+        report=report,
+    )
+    return recipe.load(quick, hidden, epochs, seed, directory)
 
 
 def specialized_units(hidden: int, n_units_s: int, seed: int) -> list[int]:
@@ -173,67 +178,6 @@ def _aux_targets(recs: list[str], hypothesis: str, width: int, n_units: int) -> 
     for i, r in enumerate(recs):
         out[i, : len(r)] = torch.as_tensor(HYPOTHESES[hypothesis](r), dtype=torch.float32)[:, None]
     return out
-
-
-def _load(
-    name: str,
-    quick: bool,
-    hidden: int,
-    epochs: int | None,
-    seed: int,
-    directory: str | os.PathLike | None,
-    spec: dict[str, Any] | None = None,
-) -> tuple[nn.Module, charlm.Vocab, dict[str, Any]]:
-    vocab = charlm.Vocab()
-    # The 16-unit specialized model is cheap per step and needs more epochs for
-    # its units to settle on the hypothesis as well as on the task.
-    epochs = charlm.default(epochs, quick, 15 if spec else 6, 30 if spec else 15)
-    train_recs, test_recs = _data(quick, seed)
-    config = {
-        "hidden": hidden,
-        "embed": 16,
-        "epochs": epochs,
-        "batch_size": 64,
-        "lr": 5e-3,
-        "seed": seed,
-        "quick": quick,
-        "max_depth": MAX_DEPTH,
-        "max_len": MAX_LEN,
-        "data": charlm.data_digest(train_recs),
-        "trainer": charlm.TRAINER_VERSION,
-        "threads": charlm.THREADS,
-        **({"specialized": spec} if spec else {}),
-    }
-
-    def fit(module: nn.Module) -> dict[str, Any]:
-        train_xy = charlm.next_char_data(vocab, train_recs)
-        test_xy = charlm.next_char_data(vocab, test_recs)
-        aux = {}
-        if spec:
-            n_s = len(spec["units"])
-            aux = {
-                "aux": _aux_targets(train_recs, spec["hypothesis"], train_xy[0].shape[1], n_s),
-                "aux_units": spec["units"],
-                "aux_weight": spec["weight"],
-            }
-        stats = charlm.train(
-            module, *train_xy, epochs=epochs, batch_size=64, lr=5e-3, seed=seed, **aux
-        )
-        meta = {**stats, **charlm.evaluate(module, train_xy, test_xy)}
-        if spec:
-            meta.update(
-                specialized_units=spec["units"],
-                hypothesis=spec["hypothesis"],
-                weight=spec["weight"],
-                unit_r=[
-                    round(float(r), 4)
-                    for r in unit_correlations(module, vocab, test_recs, spec["hypothesis"])
-                ],
-            )
-        return meta
-
-    module, meta = cached_model(name, config, _build(hidden, seed), fit, directory)
-    return module, vocab, meta
 
 
 @torch.no_grad()

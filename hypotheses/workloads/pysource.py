@@ -16,12 +16,8 @@ import inspect
 import os
 import sysconfig
 from pathlib import Path
-from typing import Any
 
-from torch import nn
-
-from . import charlm
-from .store import cached_model
+from .recipe import Recipe, Records
 
 NAME = "pysource-lstm"
 SEQ = 100
@@ -94,60 +90,15 @@ def _max_chars(quick: bool) -> int:
     return 80_000 if quick else 500_000
 
 
-def load(
-    quick: bool = False,
-    hidden: int = 128,
-    epochs: int | None = None,
-    seed: int = 0,
-    directory: str | os.PathLike | None = None,
-) -> tuple[nn.Module, charlm.Vocab, dict[str, Any]]:
-    """The Python-source char-LSTM, trained on first use and cached.
-
-    Parameters
-    ----------
-    quick : bool
-        An 80k-character corpus instead of 500k, fewer epochs (seconds).
-    hidden : int
-        LSTM units.
-    epochs : int, optional
-        Overrides the quick/full default.
-    seed : int
-        Seeds initialisation and data order (the corpus is fixed).
-    directory : path, optional
-        Model store directory (default ``$DNI_LAB_MODELS``).
-
-    Returns
-    -------
-    module, encode, meta
-        The model (eval mode), its encoder and the store metadata: held-out
-        next-character ``accuracy``, baselines, ``files`` and ``missing``.
-    """
-    vocab = charlm.Vocab()
+def _records(quick: bool, _seed: int) -> Records:
     train_text, test_text, used, missing = corpus(_max_chars(quick))
-    train_recs, test_recs = chunks(train_text), chunks(test_text)
-    config = {
-        "hidden": hidden,
-        "embed": 32,
-        "epochs": charlm.default(epochs, quick, 5, 10),
-        "batch_size": 32,
-        "lr": 5e-3,
-        "seq": SEQ,
-        "seed": seed,
-        "quick": quick,
-        "data": charlm.data_digest(train_recs),
-        "trainer": charlm.TRAINER_VERSION,
-        "threads": charlm.THREADS,
-    }
+    notes = {"files": used, "missing": missing, "chars": len(train_text)}
+    return Records(chunks(train_text), chunks(test_text), notes)
 
-    def fit(module: nn.Module) -> dict[str, Any]:
-        train_xy = charlm.next_char_data(vocab, train_recs)
-        test_xy = charlm.next_char_data(vocab, test_recs)
-        stats = charlm.train(
-            module, *train_xy, epochs=config["epochs"], batch_size=32, lr=5e-3, seed=seed
-        )
-        meta = {**stats, **charlm.evaluate(module, train_xy, test_xy)}
-        return {**meta, "files": used, "missing": missing, "chars": len(train_text)}
 
-    build = charlm.seeded(lambda: charlm.CharLSTM(vocab, hidden, embed=32), seed)
-    module, meta = cached_model(NAME, config, build, fit, directory)
-    return module, vocab, meta
+#: Quick: an 80k-character corpus and 5 epochs, full: 500k and 10; the seed does not
+#: change the corpus. ``meta`` adds the ``files`` read, those ``missing`` and ``chars``.
+RECIPE = Recipe(
+    NAME, _records, hidden=128, embed=32, epochs=(5, 10), batch_size=32, settings={"seq": SEQ}
+)
+load = RECIPE.load

@@ -174,22 +174,16 @@ def load(
         ``accuracy`` (held-out next character over all window positions),
         ``last_char_accuracy`` (the paper's task), baselines, timings.
     """
+    trainer = _Trainer(_settings(quick, hidden, epochs, seed, n_rules), checkpoints)
     if checkpoints:
-        models, meta = _checkpoints(quick, hidden, epochs, seed, n_rules, directory)
-        return models[-1][1], charlm.Vocab(), {**meta, "checkpoints": models}
-    return _final(quick, hidden, epochs, seed, n_rules, directory)
+        models, meta = _checkpoints(trainer, directory)
+        return models[-1][1], trainer.vocab, {**meta, "checkpoints": models}
+    return _final(trainer, directory)
 
 
 def _final(
-    quick: bool,
-    hidden: int,
-    epochs: int | None,
-    seed: int,
-    n_rules: int | None,
-    directory: str | os.PathLike | None,
-    trainer: _Trainer | None = None,
+    trainer: _Trainer, directory: str | os.PathLike | None
 ) -> tuple[nn.Module, charlm.Vocab, dict[str, Any]]:
-    trainer = trainer or _Trainer(_settings(quick, hidden, epochs, seed, n_rules), False)
     fit = trainer.restore(trainer.config["epochs"]) if trainer.keep_epochs else trainer.fit
     module, meta = cached_model(NAME, trainer.config, trainer.build, fit, directory)
     return module, trainer.vocab, meta
@@ -209,24 +203,20 @@ def load_checkpoints(
     (config plus ``"checkpoint": epoch``) and the last one is the model that
     :func:`load` returns with the same arguments.
     """
-    return _checkpoints(quick, hidden, epochs, seed, n_rules, directory)[0]
+    trainer = _Trainer(_settings(quick, hidden, epochs, seed, n_rules), True)
+    return _checkpoints(trainer, directory)[0]
 
 
 def _checkpoints(
-    quick: bool,
-    hidden: int,
-    epochs: int | None,
-    seed: int,
-    n_rules: int | None,
-    directory: str | os.PathLike | None,
+    trainer: _Trainer, directory: str | os.PathLike | None
 ) -> tuple[list[tuple[int, nn.Module]], dict[str, Any]]:
-    trainer = _Trainer(_settings(quick, hidden, epochs, seed, n_rules), True)
+    """Every epoch's model (epoch 0 untrained) from one training run, and the final metadata."""
     base = dict(trainer.config)
     out = []
     for epoch in range(base["epochs"]):
         config = {**base, "checkpoint": epoch}
         module, _ = cached_model(NAME, config, trainer.build, trainer.restore(epoch), directory)
         out.append((epoch, module))
-    module, _, meta = _final(quick, hidden, epochs, seed, n_rules, directory, trainer)
+    module, _, meta = _final(trainer, directory)
     out.append((base["epochs"], module))
     return out, meta

@@ -4,16 +4,19 @@ Models are trained by our own scripts, deterministically under a seed, and
 cached as ``state_dict`` files (``torch.save`` of tensors only, loaded with
 ``weights_only=True``) next to a JSON sidecar with the config, metrics and a
 checksum. The directory is ``$DNI_LAB_MODELS`` or ``~/.cache/dni_lab/models``.
+Training runs under :func:`using_threads` so that the weights, and with them
+the store's entries, do not depend on the machine's core count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +93,19 @@ def _atomic_write(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def using_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the caller's setting.
+
+    Float reductions may round differently under another thread count, so
+    training under a fixed count is bitwise reproducible on any machine; one
+    thread also keeps tiny models from slowing down badly on a shared machine.
+    """
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

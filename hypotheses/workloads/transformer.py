@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from .store import cached_model
+from .store import cached_model, using_threads
 
 NAME = "parens-transformer"
 VOCAB = "\0()abcde"  # index 0 pads; unknown characters map to the last filler
@@ -155,19 +154,6 @@ def _batch(strings: list[str], depths: list[list[int]]) -> tuple[torch.Tensor, t
     return ids, y
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread: training is then bitwise reproducible whatever the
-    machine's core count, and these tiny ops gain little from threads while they
-    slow down badly when other processes share the cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def _train(model: nn.Module, cfg: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     torch.manual_seed(cfg["seed"])
@@ -210,18 +196,18 @@ def load(
     Parameters
     ----------
     quick : bool
-        The quick variant (fewer strings and epochs; a few seconds to train).
+        2,000 training strings and 5 epochs instead of 5,000 and 10.
     epochs : int, optional
-        Override the number of epochs.
+        Overrides the quick/full epoch count.
     seed : int
-        Seed of the data and the initialization.
+        Seeds the strings (held-out ones from ``seed + 10000``) and the initialization.
     directory : path, optional
-        Model store directory (default ``$DNI_LAB_MODELS``).
+        Where the model is stored (default ``$DNI_LAB_MODELS``).
     """
     cfg = config(quick, epochs, seed)
 
     def train(module: nn.Module) -> dict[str, Any]:
-        with one_thread():
+        with using_threads(1):
             return _train(module, cfg)
 
     module, meta = cached_model(NAME, cfg, lambda: TinyTransformer(cfg), train, directory)
