@@ -1,6 +1,11 @@
-"""Shared fixtures: a tiny char LSTM, its encoder, and records."""
+"""Shared fixtures and helpers: a tiny char LSTM, its encoder, records, hypotheses, and a
+check that the model store serves a trained model again."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,14 +75,36 @@ def records():
     return random_records(300)
 
 
+@dl.hypothesis
+def paren(r):
+    return [c in "()" for c in r]
+
+
+@dl.hypothesis(kind="continuous")
+def position(r):
+    return list(range(len(r)))
+
+
 @pytest.fixture
 def hyps():
-    @dl.hypothesis
-    def paren(r):
-        return [c in "()" for c in r]
-
-    @dl.hypothesis(kind="continuous")
-    def position(r):
-        return list(range(len(r)))
-
     return [paren, position]
+
+
+def weights_equal(a: nn.Module, b: nn.Module) -> bool:
+    """Whether two modules hold the same parameter names and bitwise-equal values."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def assert_served_from_store(
+    load: Callable[[], tuple[nn.Module, Any, dict[str, Any]]],
+    module: nn.Module,
+    train_seconds: float,
+) -> dict[str, Any]:
+    """Load ``module``'s workload again: the store serves the same weights, much faster than
+    training them took. Returns the second load's metadata."""
+    start = time.perf_counter()
+    again, _, meta = load()
+    assert time.perf_counter() - start < max(1.0, train_seconds / 5)
+    assert weights_equal(module, again)
+    return meta

@@ -17,6 +17,15 @@ import dni_lab as dl
 SQL_VOCAB = "SELECTFROMWHEANDGUPBYabcdefghijklmnopqrstuvwxyz0123456789 ,=*<>()"
 KEYWORDS = ("SELECT", "FROM", "WHERE", "AND", "GROUP BY", "ORDER BY")
 
+# DeepBase §4.1, character for character (the paper sets it one clause per line).
+PAPER_QUERY = """SELECT M.epoch, S.uid
+INSPECT U.uid AND H.h USING corr OVER D.seq AS S
+FROM models M, units U, hypotheses H, inputs D
+WHERE M.mid = U.mid AND M.mid = 'sqlparser' AND
+U.layer = 0 AND H.name = 'keywords'
+GROUP BY M.epoch
+HAVING S.unit_score > 0.8"""
+
 
 def sql_records(n: int, seed: int = 0) -> list[str]:
     """Random SQL-like strings: upper-case keywords, lower-case names, digits."""
@@ -25,16 +34,16 @@ def sql_records(n: int, seed: int = 0) -> list[str]:
     def name() -> str:
         return "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(1, 4)))
 
-    out = []
-    for _ in range(n):
+    def query() -> str:
         cols = ", ".join(name() for _ in range(rng.integers(1, 3)))
-        q = f"SELECT {cols} FROM {name()}"
+        clauses = [f"SELECT {cols} FROM {name()}"]
         if rng.random() < 0.6:
-            q += f" WHERE {name()} = {rng.integers(0, 99)}"
+            clauses.append(f"WHERE {name()} = {rng.integers(0, 99)}")
             if rng.random() < 0.5:
-                q += f" AND {name()} > {rng.integers(0, 9)}"
-        out.append(q)
-    return out
+                clauses.append(f"AND {name()} > {rng.integers(0, 9)}")
+        return " ".join(clauses)
+
+    return [query() for _ in range(n)]
 
 
 def encode_sql(records: list[str]) -> torch.Tensor:

@@ -8,19 +8,17 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 from polars.testing import assert_frame_equal
-from query_workloads import keywords, one_thread, sql_checkpoints, sql_records  # noqa: F401
+from query_workloads import (  # noqa: F401  (one_thread: an autouse fixture)
+    PAPER_QUERY,
+    keywords,
+    one_thread,
+    sql_checkpoints,
+    sql_records,
+)
 
 import dni_lab as dl
 import dni_lab.magic as magic
 from dni_lab.backend.query import QueryRun
-
-PAPER_QUERY = """SELECT M.epoch, S.uid
-INSPECT U.uid AND H.h USING corr OVER D.seq AS S
-FROM models M, units U, hypotheses H, inputs D
-WHERE M.mid = U.mid AND M.mid = 'sqlparser' AND
-U.layer = 0 AND H.name = 'keywords'
-GROUP BY M.epoch
-HAVING S.unit_score > 0.8"""
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from conftest import CharLM, encode_chars, random_records
+from conftest import CharLM, encode_chars, paren, position, random_records
 from polars.testing import assert_frame_equal
 from query_workloads import one_thread  # noqa: F401  (an autouse fixture)
 
@@ -15,16 +15,6 @@ from dni_lab.backend.frames import SCHEMA
 from dni_lab.backend.query import QueryRun
 
 FROM = "FROM models M, units U, hypotheses H, inputs D"
-
-
-@dl.hypothesis
-def paren(r):
-    return [c in "()" for c in r]
-
-
-@dl.hypothesis(kind="continuous")
-def position(r):
-    return list(range(len(r)))
 
 
 @dl.hypothesis_family(signals=["letter", "op", "bracket"], name="charclass")

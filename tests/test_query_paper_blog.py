@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from query_workloads import (
+    PAPER_QUERY,
     agent_checkpoints,
     f_ghost,
     ghost_ahead,
@@ -17,15 +18,6 @@ from query_workloads import (
 )
 
 import dni_lab as dl
-
-# DeepBase §4.1, character for character (the paper sets it one clause per line).
-PAPER_QUERY = """SELECT M.epoch, S.uid
-INSPECT U.uid AND H.h USING corr OVER D.seq AS S
-FROM models M, units U, hypotheses H, inputs D
-WHERE M.mid = U.mid AND M.mid = 'sqlparser' AND
-U.layer = 0 AND H.name = 'keywords'
-GROUP BY M.epoch
-HAVING S.unit_score > 0.8"""
 
 
 def by(frame: pl.DataFrame) -> pl.DataFrame:

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from query_workloads import PAPER_QUERY
 
 import dni_lab as dl
 from dni_lab.backend.query import QueryError, parse
 from dni_lab.backend.query.tokens import tokenize
-
-PAPER = """SELECT M.epoch, S.uid
-INSPECT U.uid AND H.h USING corr OVER D.seq AS S
-FROM models M, units U, hypotheses H, inputs D
-WHERE M.mid = U.mid AND M.mid = 'sqlparser' AND
-U.layer = 0 AND H.name = 'keywords'
-GROUP BY M.epoch
-HAVING S.unit_score > 0.8"""
 
 
 def caret_of(err: QueryError) -> tuple[str, str]:
@@ -30,7 +23,7 @@ def error(text: str) -> QueryError:
 
 
 def test_paper_query_parses_into_its_clauses():
-    q = parse(PAPER)
+    q = parse(PAPER_QUERY)
     ins = q.inspect
     assert (ins.units.alias, ins.units.column) == ("U", "uid")
     assert (ins.hyps.alias, ins.hyps.column) == ("H", "h")
@@ -108,7 +101,7 @@ def test_plain_sql_has_no_inspect_clause():
 
 
 def test_error_is_a_dni_error_with_line_column_and_caret():
-    err = error(PAPER.replace("USING corr OVER", "USING corr OVR"))
+    err = error(PAPER_QUERY.replace("USING corr OVER", "USING corr OVR"))
     assert isinstance(err, dl.DNIError) and isinstance(err, dl.QueryError)
     assert (err.line, err.column) == (2, 34)
     line, caret = caret_of(err)

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import weights_equal
 
 from hypotheses.grammars import boolean as grammar
 from hypotheses.workloads import arith, boolean, charlm, parens, pysource, sql
@@ -66,11 +67,6 @@ def pysource_model(model_store):
     return pysource.load(quick=True)
 
 
-def _weights_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 # -- shared pieces ----------------------------------------------------------------
 
 
@@ -108,10 +104,10 @@ def test_trainer_is_deterministic_under_seed():
         model = build()
         charlm.train(model, *xy, epochs=1, batch_size=16, seed=3)
         runs.append(model)
-    assert _weights_equal(*runs)
+    assert weights_equal(*runs)
     other = build()
     charlm.train(other, *xy, epochs=1, batch_size=16, seed=4)  # another data order
-    assert not _weights_equal(runs[0], other)
+    assert not weights_equal(runs[0], other)
 
 
 # -- each workload beats its baselines --------------------------------------------
@@ -202,7 +198,7 @@ def test_depth_hypothesis():
 
 def test_quick_training_is_deterministic(boolean_model, tmp_path):
     again, _, meta = boolean.load(quick=True, directory=tmp_path)
-    assert _weights_equal(boolean_model[0], again)
+    assert weights_equal(boolean_model[0], again)
     assert meta["accuracy"] == boolean_model[2]["accuracy"]
 
 
@@ -224,7 +220,7 @@ def test_second_load_hits_the_cache(
     }
     for load, (module, _, meta) in loads.items():
         again, _, meta_again = load(quick=True)
-        assert _weights_equal(module, again) and meta_again == meta
+        assert weights_equal(module, again) and meta_again == meta
         assert not again.training
 
 
@@ -232,12 +228,12 @@ def test_sql_checkpoints(sql_model, sql_checkpoints, monkeypatch):
     models = sql_checkpoints[1]
     epochs = [e for e, _ in models]
     assert epochs == list(range(sql_model[2]["config"]["epochs"] + 1))
-    assert _weights_equal(models[-1][1], sql_model[0])  # the last one is the final model
-    assert not _weights_equal(models[0][1], models[1][1])
+    assert weights_equal(models[-1][1], sql_model[0])  # the last one is the final model
+    assert not weights_equal(models[0][1], models[1][1])
     xy = charlm.next_char_data(charlm.Vocab(), sql.records(40, seed=99))
     acc = [charlm.accuracy(m, *xy) for _, m in models]
     assert acc[0] < 0.1 < acc[-1] and acc[-1] > acc[1]
     # Every checkpoint is cached: no training on the second request.
     monkeypatch.setattr(charlm, "train", None)
     again = sql.load_checkpoints(quick=True)
-    assert all(_weights_equal(a, b) for (_, a), (_, b) in zip(again, models, strict=True))
+    assert all(weights_equal(a, b) for (_, a), (_, b) in zip(again, models, strict=True))
