@@ -135,6 +135,25 @@ def test_unknown_layer_suggests_and_positions(char_model):
         char_model.resolve_layer(7)
 
 
+def test_layer_widths_probe_once_and_cached(char_model):
+    calls = []
+    encode = char_model.encode
+
+    def counting(records):
+        calls.append(len(records))
+        return encode(records)
+
+    m = dl.Model(char_model.module, encode=counting, name="toy")
+    widths = m.layer_widths(["ab("], "cpu")
+    assert widths["embed"] == 6 and widths["lstm"] == 12 and widths["head"] == 14
+    assert widths["lstm.l0"] == widths["lstm.l1.cell"] == 12
+    widths["lstm"] = -1  # the returned dict is a copy: callers cannot corrupt the cache
+    assert m.layer_widths([], "cpu")["lstm"] == 12
+    assert calls == [1]
+    with pytest.raises(ValueError, match="at least one record"):
+        dl.Model(char_model.module, encode=counting).layer_widths([], "cpu")
+
+
 def test_hooks_removed_even_on_error(char_model):
     recs = ["ab", "c"]
 

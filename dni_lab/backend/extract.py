@@ -11,7 +11,7 @@ or a user function.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import BehaviorError, LayerError
-from .models import Model
+from .models import Model, to_device
 
 Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
 
@@ -35,17 +35,6 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     return torch.device(device)
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move a tensor, or the tensors of a tuple/list/dict, to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
 
 
 @contextlib.contextmanager
@@ -286,20 +275,11 @@ def _check_finite(act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor
 
 
 def layer_widths(model: Model, sample: list[Any], device: torch.device) -> dict[str, int]:
-    """Width of every address of ``model`` from one probe forward pass on ``sample``."""
-    widths: dict[str, int] = {}
-    plain = [a for a in model.layers]
-    with torch.inference_mode(), model.capture(plain) as store:
-        model.forward(to_device(model.encode(list(sample)), device))
-    for addr in model.addresses:
-        base, k, cell = Model.split_address(addr)
-        if k is not None:
-            mod = model._module(base)
-            widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
-        elif addr in store:
-            t = store[addr]
-            widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
-    return widths
+    """Width of every address of ``model``; kept for callers of the old name.
+
+    Use :meth:`Model.layer_widths`, which probes once and caches on the model.
+    """
+    return model.layer_widths(sample, device)
 
 
 def as_indices(sel: Any, width: int, addr: str, model_name: str) -> np.ndarray:

@@ -80,7 +80,7 @@ class Model:
         self.symbols = symbols or default_symbols
         self.resize = resize
         self.meta = dict(meta or {})
-        self._widths: dict[str, int] = {}
+        self._widths: dict[str, int] = {}  # filled once by layer_widths' probe pass
 
     # -- addressing -------------------------------------------------------------
     @property
@@ -144,6 +144,49 @@ class Model:
             return m.group("base2"), -1, True
         return m.group("base"), int(m.group("k")), bool(m.group("cell"))
 
+    def layer_widths(self, sample: Sequence[Any], device: torch.device | str) -> dict[str, int]:
+        """Width (number of units) of every address, cached on the model.
+
+        The first call runs one probe forward pass on ``sample`` (a record or two
+        is enough) on ``device``; later calls return the cached widths, whatever
+        their arguments, since widths do not depend on the records.
+
+        Parameters
+        ----------
+        sample : sequence
+            Records the module accepts; only used on the first call.
+        device : torch.device or str
+            Where the module's parameters live for the probe pass.
+
+        Returns
+        -------
+        dict[str, int]
+            ``{address: width}`` for every address with a tensor output.
+        """
+        if not self._widths:
+            self._widths = self._probe_widths(list(sample), torch.device(device))
+        return dict(self._widths)
+
+    def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        if not sample:
+            raise ValueError(
+                f"model {self.name!r}: measuring layer widths needs at least one record; "
+                "pass a non-empty sample of records the model accepts."
+            )
+        with torch.inference_mode(), self.capture(self.layers) as store:
+            self.forward(to_device(self.encode(sample), device))
+        widths: dict[str, int] = {}
+        for addr in self.addresses:
+            base, k, cell = self.split_address(addr)
+            if k is not None:
+                # a replayed recurrent sub-layer: its width follows from the module
+                mod = self._module(base)
+                widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
+            elif addr in store:
+                t = store[addr]
+                widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
+        return widths
+
     # -- running ----------------------------------------------------------------
     def forward(self, batch: Any) -> Any:
         """Call the module on an encoded batch (tensor, tuple of tensors or dict)."""
@@ -178,6 +221,17 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, {type(self.module).__name__}, layers={len(self.layers)})"
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move a tensor, or the tensors of a tuple/list/dict, to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
 
 
 def _first_tensor(out: Any) -> torch.Tensor:

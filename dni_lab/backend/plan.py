@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .errors import DNIError, HypothesisError, LayerError, did_you_mean
-from .extract import as_indices, layer_widths
+from .extract import as_indices
 from .hypotheses import HypothesisFamily, as_family
 from .measures import Measure, get_measure
 from .measures.base import HypothesisInfo
@@ -116,8 +116,7 @@ def plan_model(
     device: torch.device,
 ) -> ModelPlan:
     """Resolve layer names/positions and unit indices; assign stable uids."""
-    widths = model._widths or layer_widths(model, list(sample[:2]), device)
-    model._widths = widths
+    widths = model.layer_widths(list(sample[:2]), device)
     offsets, total = {}, 0
     for addr in model.addresses:
         offsets[addr] = total
