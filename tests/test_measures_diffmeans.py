@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dni_lab.backend.measures.base import HypothesisInfo
+from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.diffmeans import DiffMeans
 
 NU, NH = 5, 4

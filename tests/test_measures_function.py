@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dni_lab.backend.errors import MeasureError
-from dni_lab.backend.measures.base import HypothesisInfo
+from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.function import FunctionMeasure
 
 NU, NH = 3, 2

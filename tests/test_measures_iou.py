@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dni_lab.backend.measures.iou as iou_mod
-from dni_lab.backend.measures.base import HypothesisInfo
+from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.iou import IoU, LocalIoU
 
 NU, NH = 5, 3

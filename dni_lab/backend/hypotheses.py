@@ -11,13 +11,34 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import HypothesisError
 from .fingerprint import callable_fingerprint, source_of, stable_repr
-from .measures.base import KINDS, HypothesisInfo
+
+KINDS = ("binary", "continuous", "categorical")
+
+
+@dataclass(frozen=True)
+class HypothesisInfo:
+    """What a measure may know about one hypothesis column.
+
+    Parameters
+    ----------
+    name : str
+        The hypothesis id (``hid``) shown in the score frame.
+    kind : {"binary", "continuous", "categorical"}
+        Binary signals are 0/1; categorical signals hold integer codes.
+    n_categories : int or None
+        Number of categories of a categorical hypothesis (codes ``0..n-1``).
+    """
+
+    name: str
+    kind: str = "continuous"
+    n_categories: int | None = None
 
 
 class HypothesisFamily:

@@ -12,9 +12,8 @@ from torch import nn
 
 from .errors import DNIError, HypothesisError, LayerError, did_you_mean
 from .extract import as_indices
-from .hypotheses import HypothesisFamily, as_family
+from .hypotheses import HypothesisFamily, HypothesisInfo, as_family
 from .measures import Measure, get_measure
-from .measures.base import HypothesisInfo
 from .models import Model
 
 

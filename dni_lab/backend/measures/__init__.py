@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import MeasureError, did_you_mean
-from .base import HypothesisInfo, Measure, MeasureResult
+from ..hypotheses import HypothesisInfo
+from .base import Measure, MeasureResult
 
 # name -> (module, class); imported lazily so one measure's import cost is not everyone's.
 REGISTRY: dict[str, tuple[str, str]] = {

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import HypothesisInfo, MeasureResult, kind_mask
+from ..hypotheses import HypothesisInfo
+from .base import MeasureResult, kind_mask
 
 F64 = torch.float64
 

@@ -19,27 +19,18 @@ from typing import Any
 import numpy as np
 import torch
 
-KINDS = ("binary", "continuous", "categorical")
+# HypothesisInfo and KINDS describe hypotheses and live there; they are re-exported
+# because measure modules (and user measures) long imported them from here.
+from ..hypotheses import KINDS, HypothesisInfo
 
-
-@dataclass(frozen=True)
-class HypothesisInfo:
-    """What a measure may know about one hypothesis column.
-
-    Parameters
-    ----------
-    name : str
-        The hypothesis id (``hid``) shown in the score frame.
-    kind : {"binary", "continuous", "categorical"}
-        Binary signals are 0/1; categorical signals hold integer codes.
-    n_categories : int or None
-        Number of categories of a categorical hypothesis (codes ``0..n-1``).
-    """
-
-    name: str
-    kind: str = "continuous"
-    n_categories: int | None = None
-
+__all__ = [
+    "KINDS",
+    "HypothesisInfo",
+    "Measure",
+    "MeasureResult",
+    "flatten_block",
+    "kind_mask",
+]
 
 @dataclass
 class MeasureResult:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..hypotheses import HypothesisInfo
 from ._common import (
     F64,
     as_block,
@@ -24,7 +25,7 @@ from ._common import (
     new_reasons,
     set_reason,
 )
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import Measure, MeasureResult
 
 #: Relative resolution of variances accumulated from float32 block products.
 _F32_RES = 1e-6

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from ..errors import MeasureError
+from ..hypotheses import HypothesisInfo
 from ._common import as_block, finish, kind_reasons, new_reasons, set_reason
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import Measure, MeasureResult
 
 
 @dataclass

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..hypotheses import HypothesisInfo
 from ._common import CHUNK_BYTES, F64, as_block, finish, kind_reasons, new_reasons, set_reason
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import Measure, MeasureResult
 
 _NEVER_TRUE = "hypothesis is never true (h > 0.5) over the symbols read"
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..hypotheses import HypothesisInfo
 from ._common import CHUNK_BYTES, F64, as_block, finish, new_reasons, set_reason
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import Measure, MeasureResult
 
 _CONT, _BIN, _CAT = 0, 1, 2
 

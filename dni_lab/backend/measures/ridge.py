@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..hypotheses import HypothesisInfo
 from ._common import F64, as_block, finish, is_constant, kind_reasons, new_reasons, set_reason
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import Measure, MeasureResult
 
 #: Eigenvalues below this fraction of the largest are float32 rounding, not signal.
 _PINV_RTOL = 1e-6
