@@ -19,7 +19,7 @@ from .extract import Extractor, on_device, resolve_device
 from .frames import block_frame, empty_frame
 from .hypotheses import hypothesis_block
 from .measures import Measure
-from .plan import ModelPlan, as_families, as_measures, as_models, normalize_units, plan_model
+from .resolve import ModelUnits, as_families, as_measures, as_models, normalize_units, resolve_units
 
 #: Records after which a pair whose score is still null (constant so far) counts as settled.
 #: A hypothesis that first fires after this many records is missed under early stopping;
@@ -59,7 +59,7 @@ class Progress:
 class Slot:
     """One measure state over one unit set of one model, with its convergence snapshot."""
 
-    mp: ModelPlan
+    mp: ModelUnits
     measure: Measure
     group: str
     cols: np.ndarray
@@ -139,7 +139,9 @@ class Inspection:
             if not self.slots:
                 self._prepare(block_records)
                 extractors = {
-                    s.mp.model.name: Extractor(s.mp.model, s.mp.plan, self.behavior, self.device)
+                    s.mp.model.name: Extractor(
+                        s.mp.model, s.mp.layer_units, self.behavior, self.device
+                    )
                     for s in self.slots
                 }
             H = torch.from_numpy(
@@ -160,7 +162,7 @@ class Inspection:
             for mp in self._active_models():
                 with on_device(mp.model, self.device):
                     parts = extractors[mp.model.name](block_records, mask)
-                U = torch.cat([parts[a] for a in mp.plan], dim=2)
+                U = torch.cat([parts[a] for a in mp.layer_units], dim=2)
                 for s in self._slots_of(mp):
                     Ug = U if len(s.cols) == mp.n_units else U[..., torch.as_tensor(s.cols)]
                     s.state = s.measure.update(s.state, Ug, H, mask)
@@ -210,7 +212,7 @@ class Inspection:
         nh = len(self.info)
         for model in self.models:
             with on_device(model, self.device):
-                mp = plan_model(model, self.units, sample, self.device)
+                mp = resolve_units(model, self.units, sample, self.device)
             for meas in self.measures:
                 sets = (
                     [(g.name, g.cols) for g in mp.groups]
@@ -223,14 +225,14 @@ class Inspection:
                     self.slots.append(Slot(mp, meas, name, cols, state, conv))
         self.progress.pairs_total = sum(s.converged.size for s in self.slots)
 
-    def _active_models(self) -> list[ModelPlan]:
-        seen: dict[str, ModelPlan] = {}
+    def _active_models(self) -> list[ModelUnits]:
+        seen: dict[str, ModelUnits] = {}
         for s in self.slots:
             if not s.converged.all() or self.eps is None:
                 seen.setdefault(s.mp.model.name, s.mp)
         return list(seen.values())
 
-    def _slots_of(self, mp: ModelPlan) -> list[Slot]:
+    def _slots_of(self, mp: ModelUnits) -> list[Slot]:
         return [s for s in self.slots if s.mp is mp]
 
     def _check_convergence(self, nh: int) -> None:

@@ -64,16 +64,23 @@ class Extractor:
     Parameters
     ----------
     model : Model
-    plan : dict
+    layer_units : dict
         ``{address: indices or None}``; ``None`` keeps every unit of the layer.
     behavior : {"activation", "gradient"} or callable
     device : torch.device
     """
 
     def __init__(
-        self, model: Model, plan: dict[str, Any], behavior: Behavior, device: torch.device
-    ):
-        self.model, self.plan, self.behavior, self.device = model, plan, behavior, device
+        self,
+        model: Model,
+        layer_units: dict[str, Any],
+        behavior: Behavior,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.layer_units = layer_units
+        self.behavior = behavior
+        self.device = device
         self._replicas: dict[tuple[int, int], nn.Module] = {}
         if not (behavior in ("activation", "gradient") or callable(behavior)):
             raise BehaviorError(
@@ -91,10 +98,10 @@ class Extractor:
             with contextlib.ExitStack() as stack:
                 if grad:
                     batch, leaf = _input_leaf(self.model, batch, stack)
-                store = stack.enter_context(self.model.capture(list(self.plan)))
+                store = stack.enter_context(self.model.capture(list(self.layer_units)))
                 self.model.forward(batch)
             out = {}
-            for addr, idx in self.plan.items():
+            for addr, idx in self.layer_units.items():
                 act = self._symbols(addr, store, records, mask.shape[1])
                 if idx is not None:
                     act = act[..., idx]

@@ -18,7 +18,7 @@ from .errors import DNIError, HypothesisError
 from .extract import Extractor, symbol_mask, to_device
 from .hypotheses import HypothesisFamily, as_family, evaluate_family
 from .models import Model, _first_tensor
-from .plan import ModelPlan, plan_model
+from .resolve import ModelUnits, resolve_units
 
 
 class Verification(NamedTuple):
@@ -37,17 +37,17 @@ class Verification(NamedTuple):
     summary: dict[str, Any]
 
 
-def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelPlan:
-    """Resolve ``layer`` to its address and width, through the engine's planner."""
-    return plan_model(model, [[(layer, "*")]], list(sample[:2]), device)
+def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelUnits:
+    """Resolve ``layer`` to its address and width, as the engine resolves units."""
+    return resolve_units(model, [[(layer, "*")]], list(sample[:2]), device)
 
 
 def address_and_width(
     model: Model, layer: str | int, sample: Sequence[Any], device
 ) -> tuple[str, int]:
     mp = layer_plan(model, layer, sample, device)
-    (addr,) = mp.plan
-    return addr, len(mp.plan[addr])
+    (addr,) = mp.layer_units
+    return addr, len(mp.layer_units[addr])
 
 
 def check_units(units: Sequence[int], width: int, addr: str) -> np.ndarray:

@@ -30,7 +30,7 @@ from .frames import block_frame
 from .hypotheses import hypothesis_block
 from .measures.corr import Corr
 from .models import Model
-from .plan import as_families, normalize_units, plan_model
+from .resolve import as_families, normalize_units, resolve_units
 from .verify_common import batches
 
 #: Bytes of one chunk of permuted hypothesis columns.
@@ -92,12 +92,12 @@ def _blocks(model, mp, fams, records, dev, batch_size, min_records: int = 256) -
     shuffle) and pads little. Each block is ``(U, H, mask, strata)`` with
     ``strata`` the ``(start, stop)`` rows of each length.
     """
-    ex = Extractor(model, mp.plan, "activation", dev)
+    ex = Extractor(model, mp.layer_units, "activation", dev)
     rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
     for first, recs in batches(records, batch_size):
         n_sym = [model.symbols(r) for r in recs]
         parts = ex(recs, symbol_mask(model, recs, dev))
-        U = torch.cat([parts[a] for a in mp.plan], dim=2)
+        U = torch.cat([parts[a] for a in mp.layer_units], dim=2)
         H = torch.from_numpy(hypothesis_block(fams, recs, n_sym, first, None)).to(dev)
         rows += [(n, U[r, :n], H[r, :n]) for r, n in enumerate(n_sym)]
     rows.sort(key=lambda row: row[0])
@@ -183,7 +183,7 @@ def permutation_test(
     hids = [i.name for i in info]
     corr = Corr()
     with on_device(model, dev):
-        mp = plan_model(model, normalize_units(units), list(records[:2]), dev)
+        mp = resolve_units(model, normalize_units(units), list(records[:2]), dev)
         blocks = _blocks(model, mp, fams, records, dev, batch_size)
     movable = sum(b - a for *_, strata in blocks for a, b in strata if b - a > 1)
     if movable < 0.5 * len(records):

@@ -1,4 +1,10 @@
-"""Resolve a query's models, units, hypotheses and measures into an executable plan."""
+"""Resolve what an inspection names into objects the engine runs.
+
+Models, hypotheses and measures given by name, object or function become
+:class:`Model`, hypothesis families and :class:`Measure` objects with unique ids;
+unit specifications become each model's :class:`ModelUnits`: the addresses and
+unit indices to extract, stable uids, and the unit groups of joint measures.
+"""
 
 from __future__ import annotations
 
@@ -26,11 +32,16 @@ class UnitGroup:
 
 
 @dataclass
-class ModelPlan:
-    """Which units of one model to extract and how they are grouped."""
+class ModelUnits:
+    """Which units of one model to extract and how they are grouped.
+
+    The model's *union of units* is every unit some group names, layer by layer;
+    ``uids``, ``layers`` and ``units`` label its columns and a group's ``cols``
+    index into it.
+    """
 
     model: Model
-    plan: dict[str, np.ndarray]  # address -> unit indices, in extraction order
+    layer_units: dict[str, np.ndarray]  # address -> unit indices, in extraction order
     uids: np.ndarray
     layers: np.ndarray
     units: np.ndarray
@@ -108,22 +119,41 @@ def normalize_units(units: Any) -> list[list[tuple[Any, Any]]]:
     return groups
 
 
-def plan_model(
+def resolve_units(
     model: Model,
     groups_spec: list[list[tuple[Any, Any]]],
     sample: Sequence[Any],
     device: torch.device,
-) -> ModelPlan:
-    """Resolve layer names/positions and unit indices; assign stable uids."""
+) -> ModelUnits:
+    """Resolve layer names/positions and unit indices; assign stable uids.
+
+    Parameters
+    ----------
+    model : Model
+        The model whose units are named.
+    groups_spec : list of list of (layer, selection)
+        One entry per unit group (see :func:`normalize_units`); empty means every
+        layer with parameters, one group each.
+    sample : sequence
+        A record or two, for the model's one probe pass that measures layer widths.
+    device : torch.device
+        Where the model lives.
+
+    Returns
+    -------
+    ModelUnits
+        The union of the groups' units in extraction order, and the groups.
+    """
     widths = model.layer_widths(list(sample[:2]), device)
-    offsets, total = {}, 0
+    offsets: dict[str, int] = {}
+    total = 0
     for addr in model.addresses:
         offsets[addr] = total
         total += widths.get(addr, 0)
     if not groups_spec:
         groups_spec = [[(a, "*")] for a in model.positional_layers()]
     cols: dict[tuple[str, int], int] = {}
-    plan: dict[str, list[int]] = {}
+    layer_units: dict[str, list[int]] = {}
     groups = []
     for spec in groups_spec:
         members = []
@@ -140,16 +170,16 @@ def plan_model(
             for i in idx.tolist():
                 if (addr, i) not in cols:
                     cols[(addr, i)] = -1
-                    plan.setdefault(addr, []).append(i)
+                    layer_units.setdefault(addr, []).append(i)
                 members.append((addr, i))
         groups.append((" + ".join(names), members))
     # extraction order: layer by layer, so a union column is a slice of one address
-    order = [(a, i) for a, idx in plan.items() for i in idx]
+    order = [(a, i) for a, idx in layer_units.items() for i in idx]
     for pos, key in enumerate(order):
         cols[key] = pos
-    return ModelPlan(
+    return ModelUnits(
         model=model,
-        plan={a: np.asarray(idx, dtype=np.int64) for a, idx in plan.items()},
+        layer_units={a: np.asarray(idx, dtype=np.int64) for a, idx in layer_units.items()},
         uids=np.asarray([offsets[a] + i for a, i in order], dtype=np.int64),
         layers=np.asarray([a for a, _ in order], dtype=object),
         units=np.asarray([i for _, i in order], dtype=np.int64),
