@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -12,7 +13,9 @@ from conftest import CharLM, encode_chars, random_records
 from torch import nn
 
 import dni_lab as dl
+from dni_lab.backend.engine import Inspection
 from dni_lab.backend.frames import SCHEMA
+from dni_lab.backend.params import InspectParams
 
 
 def test_frame_schema_and_rows(char_model, records, hyps):
@@ -190,6 +193,42 @@ def test_empty_data_and_bad_parameters(char_model, hyps):
         dl.inspect([char_model], hyps, ["corr"], [], units=[("lstm", "*")])
     with pytest.raises(dl.DNIError, match="eps"):
         dl.inspect([char_model], hyps, ["corr"], ["ab"], eps=-1)
+
+
+def test_inspect_params_validate_and_travel_to_export(char_model, records, hyps, tmp_path):
+    for bad, word in (
+        (dict(block_size=0), "block_size"),
+        (dict(confidence=1.0), "confidence"),
+        (dict(max_records=-2), "max_records"),
+        (dict(behavior=3), "behavior"),
+    ):
+        with pytest.raises(dl.DNIError, match=f"^{word} must be .*got") as e:
+            InspectParams(**bad)
+        assert "(the default)" in str(e.value)
+    p = InspectParams(eps=None, device="cpu", behavior=lambda a, r: a)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.eps = 0.1  # type: ignore[misc]
+    meta = p.replace(block_size=64).to_metadata()
+    assert meta["block_size"] == 64 and meta["behavior"] == "function" and meta["eps"] is None
+    assert p.block_size == 512  # replace() copies
+    insp = Inspection([char_model], hyps, ["corr"], records[:40], [("lstm", [0])], p)
+    f = insp.run()
+    full = insp.metadata()
+    assert full["models"] == ["toy"] and full["hypotheses"] == ["paren", "position"]
+    dl.export(f, tmp_path / "s.parquet", p)
+    assert dl.read_params(tmp_path / "s.parquet")["behavior"] == "function"
+    # dl.inspect and the engine read the same object
+    same = dl.inspect(
+        [char_model],
+        hyps,
+        ["corr"],
+        records[:40],
+        units=[("lstm", [0])],
+        eps=None,
+        device="cpu",
+        behavior=p.behavior,
+    )
+    assert same.equals(f)
 
 
 def test_data_from_arrow_tables(char_model, records, hyps):

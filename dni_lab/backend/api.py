@@ -10,6 +10,7 @@ import torch
 
 from .cache import HypothesisCache
 from .engine import Inspection
+from .params import InspectParams
 from .run import Run, start_run
 
 
@@ -75,14 +76,14 @@ def inspect(
     Returns
     -------
     polars.DataFrame or Run
-        The score frame: one row per (model, unit, hypothesis, measure).
+        The score frame: one row per (model, unit, hypothesis, measure). A run's
+        ``metadata()`` is what ``dl.export`` stores with the frame.
+
+    See Also
+    --------
+    dni_lab.backend.params.InspectParams : the validated run options.
     """
-    insp = Inspection(
-        models,
-        hypotheses,
-        measures,
-        data,
-        units=units,
+    params = InspectParams(
         eps=eps,
         confidence=confidence,
         block_size=block_size,
@@ -91,6 +92,7 @@ def inspect(
         cache=cache,
         max_records=max_records,
     )
+    insp = Inspection(models, hypotheses, measures, data, units=units, params=params)
     if background:
         return start_run(insp, [on_block] if on_block else [])
     return insp.run(on_block=on_block)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+
+from .measures.base import MeasureResult
+from .params import InspectParams
 
 SCHEMA: dict[str, pl.DataType] = {
     "mid": pl.String(),
@@ -32,61 +36,105 @@ def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def block_frame(
-    mid: str,
-    uids: np.ndarray,
-    layers: np.ndarray,
-    units: np.ndarray,
-    hids: list[str],
-    measure: str,
-    group: str | np.ndarray,
-    unit_score: np.ndarray,
-    group_score: np.ndarray,
-    err: np.ndarray,
-    n_records: np.ndarray,
-    converged: np.ndarray,
-    reason: np.ndarray,
-) -> pl.DataFrame:
-    """Rows for one (model, unit group, measure): arrays of shape ``(n_units, n_hyps)``.
+@dataclass(frozen=True)
+class UnitLabels:
+    """Who a measure state's rows are about: units of one model, and their group.
 
-    NaN scores become nulls, so a sort never meets a NaN and a null always
-    comes with its ``reason``.
+    Parameters
+    ----------
+    mid : str
+        The model id.
+    uids, layers, units : np.ndarray
+        One entry per unit: uid within the model, layer address, index in the layer.
+    group : str or np.ndarray
+        The unit group's name, or one name per unit (independent measures use
+        each unit's layer).
     """
-    nu, nh = unit_score.shape
-    rep = lambda a: np.repeat(np.asarray(a), nh)  # noqa: E731
-    grp = np.repeat(group, nu * nh) if isinstance(group, str) else rep(group)
-    reason_flat = reason.reshape(-1)
-    df = pl.DataFrame(
+
+    mid: str
+    uids: np.ndarray
+    layers: np.ndarray
+    units: np.ndarray
+    group: str | np.ndarray
+
+
+def score_rows(
+    labels: UnitLabels,
+    hids: Sequence[str],
+    measure: str,
+    result: MeasureResult,
+    n_records: int | np.ndarray,
+    converged: bool | np.ndarray,
+) -> pl.DataFrame:
+    """Score-frame rows of one measure's result over one unit set.
+
+    Parameters
+    ----------
+    labels : UnitLabels
+        The ``n_units`` units the result's rows describe.
+    hids : sequence of str
+        The ``n_hyps`` hypothesis ids of the result's columns.
+    measure : str
+        The measure's name.
+    result : MeasureResult
+        Arrays of shape ``(n_units, n_hyps)``; NaN scores become nulls, so a sort
+        never meets a NaN and a null always comes with its ``reason``.
+    n_records, converged : int/bool or array of shape ``(n_units, n_hyps)``
+        Records read for each pair, and whether the pair converged.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``n_units * n_hyps`` rows with the :data:`SCHEMA` columns, unit-major.
+    """
+    shape = result.unit_score.shape
+    nu, nh = shape
+
+    def per_unit(a: Any) -> np.ndarray:  # unit-major rows: a unit's value once per hypothesis
+        return np.repeat(np.asarray(a), nh)
+
+    def flat(a: Any, dtype: Any) -> np.ndarray:  # scalars stand for every pair
+        return np.broadcast_to(np.asarray(a), shape).reshape(-1).astype(dtype)
+
+    group = labels.group
+    return pl.DataFrame(
         {
-            "mid": np.repeat(mid, nu * nh),
-            "uid": rep(uids).astype(np.int64),
-            "layer": rep(layers),
-            "unit": rep(units).astype(np.int64),
-            "hid": np.tile(np.asarray(hids, dtype=object), nu),
+            "mid": np.repeat(labels.mid, nu * nh),
+            "uid": per_unit(labels.uids).astype(np.int64),
+            "layer": per_unit(labels.layers),
+            "unit": per_unit(labels.units).astype(np.int64),
+            "hid": np.tile(np.asarray(list(hids), dtype=object), nu),
             "measure": np.repeat(measure, nu * nh),
-            "unit_score": unit_score.reshape(-1).astype(np.float64),
-            "group_score": group_score.reshape(-1).astype(np.float64),
-            "err": err.reshape(-1).astype(np.float64),
-            "n_records": n_records.reshape(-1).astype(np.int64),
-            "converged": converged.reshape(-1).astype(bool),
-            "group": grp,
+            "unit_score": flat(result.unit_score, np.float64),
+            "group_score": flat(result.group_score, np.float64),
+            "err": flat(result.err, np.float64),
+            "n_records": flat(n_records, np.int64),
+            "converged": flat(converged, bool),
+            "group": np.repeat(group, nu * nh) if isinstance(group, str) else per_unit(group),
             # a list, not an object array: polars refuses to cast an all-None object column
-            "reason": [None if r is None else str(r) for r in reason_flat],
+            "reason": [None if r is None else str(r) for r in result.reason.reshape(-1)],
         },
         schema=SCHEMA,
         nan_to_null=True,
     )
-    return df
 
 
-def export(frame: pl.DataFrame, path: str | Path, params: Mapping[str, Any] | None = None) -> Path:
+def export(
+    frame: pl.DataFrame,
+    path: str | Path,
+    params: InspectParams | Mapping[str, Any] | None = None,
+) -> Path:
     """Write a score frame as Parquet, CSV, Arrow IPC (``.arrow``/``.feather``) or JSON.
 
-    Parquet files carry ``params`` (the query's parameters) as file metadata
-    under the key ``dni_lab``; other formats write them to ``<path>.meta.json``.
+    Parquet files carry ``params`` (the query's parameters: an
+    :class:`InspectParams`, a run's ``metadata()`` or any mapping) as file
+    metadata under the key ``dni_lab``; other formats write them to
+    ``<path>.meta.json``.
     """
     path = Path(path)
     suffix = path.suffix.lower()
+    if isinstance(params, InspectParams):
+        params = params.to_metadata()
     meta = json.dumps(dict(params or {}), default=str)
     if suffix == ".parquet":
         import pyarrow.parquet as pq

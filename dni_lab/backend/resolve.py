@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 from torch import nn
 
+from .cache import HypothesisCache
 from .errors import DNIError, HypothesisError, LayerError, did_you_mean
 from .extract import as_indices
+from .frames import UnitLabels
 from .hypotheses import HypothesisFamily, HypothesisInfo, as_family
 from .measures import Measure, get_measure
 from .models import Model
@@ -50,6 +53,21 @@ class ModelUnits:
     @property
     def n_units(self) -> int:
         return len(self.uids)
+
+    def labels(self, cols: np.ndarray | None = None, group: str = "") -> UnitLabels:
+        """Row labels of the units at ``cols`` (all by default) for a score frame.
+
+        ``group`` names a joint measure's unit group; without one each unit's
+        group is its layer.
+        """
+        cols = np.arange(self.n_units) if cols is None else cols
+        return UnitLabels(
+            mid=self.model.name,
+            uids=self.uids[cols],
+            layers=self.layers[cols],
+            units=self.units[cols],
+            group=group or self.layers[cols],
+        )
 
 
 def as_models(models: Any) -> list[Model]:
@@ -85,6 +103,7 @@ def as_families(hypotheses: Any) -> tuple[list[HypothesisFamily], list[Hypothesi
 
 
 def as_measures(measures: Any) -> list[Measure]:
+    """Measure objects for names, objects and ``f(u, h)`` functions, with unique names."""
     if isinstance(measures, (str, Measure)) or callable(measures):
         measures = [measures]
     out = [get_measure(m) for m in measures]
@@ -185,3 +204,34 @@ def resolve_units(
         units=np.asarray([i for _, i in order], dtype=np.int64),
         groups=[UnitGroup(n, np.asarray([cols[m] for m in mem])) for n, mem in groups],
     )
+
+
+def as_records(data: Any) -> Any:
+    """Records from a sequence, an iterable, or a one-column table (``__arrow_c_stream__``)."""
+    if isinstance(data, (pl.DataFrame, pl.Series)) or hasattr(data, "__arrow_c_stream__"):
+        table = data if isinstance(data, (pl.DataFrame, pl.Series)) else pl.DataFrame(data)
+        if isinstance(table, pl.DataFrame):
+            if table.width != 1:
+                raise DNIError(
+                    f"data is a table with columns {table.columns}; pass one column, "
+                    "e.g. data=frame['text']."
+                )
+            table = table.to_series()
+        return table.to_list()
+    return data
+
+
+def as_cache(cache: Any) -> HypothesisCache | None:
+    """The hypothesis cache a ``cache=`` value names: None/True the process-wide default,
+    False none, a directory a cache stored there."""
+    if cache is False:
+        return None
+    if isinstance(cache, HypothesisCache):
+        return cache
+    if cache is None or cache is True:
+        from . import cache as cache_mod
+
+        if cache_mod.DEFAULT is None:
+            cache_mod.DEFAULT = HypothesisCache()
+        return cache_mod.DEFAULT
+    return HypothesisCache(directory=cache)

@@ -26,7 +26,7 @@ import polars as pl
 import torch
 
 from .extract import Extractor, on_device, resolve_device, symbol_mask
-from .frames import block_frame
+from .frames import score_rows
 from .hypotheses import hypothesis_block
 from .measures.corr import Corr
 from .models import Model
@@ -219,21 +219,6 @@ def permutation_test(
         done += P
     p = ((1 + hits) / (n_permutations + 1)).numpy()
     p[~np.isfinite(obs.unit_score)] = np.nan
-    full = np.ones((nu, nh), dtype=bool)
-    frame = block_frame(
-        model.name,
-        mp.uids,
-        mp.layers,
-        mp.units,
-        hids,
-        corr.name,
-        mp.layers,
-        obs.unit_score,
-        obs.group_score,
-        obs.err,
-        np.full((nu, nh), len(records)),
-        full,
-        obs.reason,
-    )
+    frame = score_rows(mp.labels(), hids, corr.name, obs, len(records), converged=True)
     frame = frame.with_columns(pl.Series("p_value", p.reshape(-1)).fill_nan(None))
     return with_qvalues(frame, "p_value", fdr_by)

@@ -120,7 +120,7 @@ class QueryInspection:
             self.grouping.measures,
             records,
             units=step.units,
-            **self.grouping.options,
+            params=self.grouping.options,
         )
 
     def _rename(self, frame: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from ..measures import Measure
+from ..params import InspectParams
 from .binder import Binder, Bound
 from .nodes import Query, Span, has_top_or, split_top
 from .options import resolve_measures, resolve_options
@@ -68,7 +69,7 @@ class Grouping:
     inputs: Bound
     models: Bound | None  # the models alias each S row joins to, if any
     measures: list[Measure]
-    options: dict[str, Any]
+    options: InspectParams
     key_refs: list[tuple[str, str]]
     groups: list[Group] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)

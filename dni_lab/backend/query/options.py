@@ -6,43 +6,35 @@ from typing import Any
 
 from ..errors import did_you_mean
 from ..measures import REGISTRY, Measure, get_measure, measure_class
+from ..params import InspectParams, problem
 from .nodes import Query
 from .relations import Scope
 
-# Option -> (check, what a valid value is). The engine validates again; these checks
-# exist to put the caret under the bad value.
-OPTIONS: dict[str, tuple[Any, str]] = {
-    "eps": (lambda v: v is None or (_number(v) and v > 0), "a positive number or NULL"),
-    "confidence": (lambda v: _number(v) and 0 < v < 1, "a number between 0 and 1"),
-    "block_size": (lambda v: isinstance(v, int) and v > 0, "a positive whole number"),
-    "device": (lambda v: isinstance(v, str), "a device name ('cpu', 'cuda', 'auto')"),
-    "behavior": (lambda v: isinstance(v, str), "'activation' or 'gradient'"),
-    "max_records": (lambda v: v is None or (isinstance(v, int) and v > 0), "a positive count"),
-    "cache": (lambda v: isinstance(v, (bool, str)) or v is None, "TRUE, FALSE or a directory"),
-}
+#: Options a query may set: every inspection parameter but the engine-internal floor.
+OPTIONS = tuple(n for n in InspectParams.names() if n != "min_records")
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def resolve_options(q: Query, given: dict[str, Any]) -> dict[str, Any]:
+def resolve_options(q: Query, given: dict[str, Any]) -> InspectParams:
     """Options of the query's WITH clause, overridden by ``given`` (the call's or the magic's
-    flags: the person running a saved query decides how long it may take)."""
+    flags: the person running a saved query decides how long it may take).
+
+    A bad WITH value raises here, with the caret under it; a bad ``given`` value
+    raises when the :class:`InspectParams` is built.
+    """
     out: dict[str, Any] = {}
     for key, (value, tok) in q.options.items():
         if key not in OPTIONS:
             hint = did_you_mean(key, OPTIONS)
             raise q.error(f"unknown option {key!r}.{hint} Options: {', '.join(OPTIONS)}.", tok)
-        check, what = OPTIONS[key]
-        if not check(value):
+        what = problem(key, value)
+        if what is not None:
             raise q.error(f"option {key!r} must be {what}, not {value!r}", tok + 2)
         out[key] = value
     for key, value in given.items():
         if key not in OPTIONS:
             raise TypeError(f"unknown query option {key!r}.{did_you_mean(key, OPTIONS)}")
         out[key] = value
-    return out
+    return InspectParams(**out)
 
 
 def resolve_measures(q: Query, scope: Scope) -> list[Measure]:

@@ -1,0 +1,142 @@
+"""How an inspection reads its data: one frozen, validated parameters object.
+
+``dl.inspect``'s keywords, the engine's :class:`~dni_lab.backend.engine.Inspection`,
+the ``WITH (...)`` options of an INSPECT query and the metadata stored with an
+exported score frame all go through :class:`InspectParams`, so a value is checked
+once, by one rule, with one message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .cache import HypothesisCache
+from .errors import DNIError
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: Field -> (is the value valid?, what a valid value is). The query layer uses the same
+#: rules to put its caret under a bad ``WITH`` value.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "eps": (lambda v: v is None or (_number(v) and v > 0), "a positive number or NULL (None)"),
+    "confidence": (lambda v: _number(v) and 0 < v < 1, "a number between 0 and 1"),
+    "block_size": (lambda v: _count(v) and v > 0, "a positive whole number"),
+    "device": (
+        lambda v: isinstance(v, (str, torch.device)),
+        "a device name ('cpu', 'cuda', 'auto')",
+    ),
+    "behavior": (
+        lambda v: isinstance(v, str) or callable(v),
+        "'activation', 'gradient' or a function",
+    ),
+    "cache": (
+        lambda v: v is None or isinstance(v, (bool, str, Path, HypothesisCache)),
+        "TRUE, FALSE or a directory",
+    ),
+    "max_records": (lambda v: v is None or (_count(v) and v > 0), "a positive count"),
+    "min_records": (lambda v: _count(v) and v >= 0, "a count of 0 or more"),
+}
+
+
+@dataclass(frozen=True)
+class InspectParams:
+    """How an inspection reads: early stopping, blocks, device, behavior, cache, limits.
+
+    Parameters
+    ----------
+    eps : float or None
+        Early stopping: a pair stops once its error is ≤ eps; reading stops when
+        all pairs have. ``None`` reads every record.
+    confidence : float
+        Confidence level of the error intervals, strictly between 0 and 1.
+    block_size : int
+        Records per block.
+    device : str or torch.device
+        ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
+    behavior : {"activation", "gradient"} or callable
+        What a unit does at a symbol; a callable maps activations ``(R, T, D)`` and
+        the records to a tensor of the same shape.
+    cache : HypothesisCache, path, bool or None
+        Hypothesis-behavior cache; None uses the process-wide default, False none.
+    max_records : int or None
+        Read at most this many records.
+    min_records : int
+        Read at least this many records before any pair may stop early.
+
+    Raises
+    ------
+    DNIError
+        When a value breaks its rule; the message names the field and the value.
+
+    Examples
+    --------
+    >>> InspectParams(eps=None).replace(block_size=64).block_size
+    64
+    """
+
+    eps: float | None = 0.025
+    confidence: float = 0.95
+    block_size: int = 512
+    device: str | torch.device = "auto"
+    behavior: str | Callable[..., Any] = "activation"
+    cache: HypothesisCache | str | Path | bool | None = None
+    max_records: int | None = None
+    min_records: int = 0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            what = problem(f.name, value)
+            if what is not None:
+                raise DNIError(
+                    f"{f.name} must be {what}, got {value!r}; "
+                    f"e.g. {f.name}={f.default!r} (the default)."
+                )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The parameters' names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def replace(self, **changes: Any) -> InspectParams:
+        """A copy with ``changes`` applied (and validated)."""
+        unknown = sorted(set(changes) - set(self.names()))
+        if unknown:
+            raise TypeError(f"unknown inspection parameters {unknown}; known: {self.names()}.")
+        return dataclasses.replace(self, **changes)
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-ready values, as stored with an exported score frame.
+
+        A behavior function is written as ``"function"``, a cache object as its
+        directory (or ``"memory"``); everything else as given.
+        """
+        out: dict[str, Any] = {name: getattr(self, name) for name in self.names()}
+        out["device"] = str(self.device)
+        if not isinstance(self.behavior, str):
+            out["behavior"] = "function"
+        if isinstance(self.cache, HypothesisCache):
+            directory = getattr(self.cache, "directory", None)
+            out["cache"] = str(directory) if directory is not None else "memory"
+        elif isinstance(self.cache, Path):
+            out["cache"] = str(self.cache)
+        return out
+
+
+def problem(name: str, value: Any) -> str | None:
+    """What a valid ``name`` is, if ``value`` is not one; None when it is valid."""
+    valid, what = RULES[name]
+    return None if valid(value) else what
