@@ -5,32 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from measure_blocks import fold, make_blocks
 
 from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.diffmeans import DiffMeans
 
-NU, NH = 5, 4
+NU = 5
+NH = 4
 
 
 def padded_blocks(rng, n_blocks, R, T, offset=0.0):
     """Binary hypotheses that shift some units' means; garbage in the padding."""
-    blocks = []
-    for _ in range(n_blocks):
-        lengths = rng.integers(0, T + 1, R)
-        mask = np.arange(T)[None, :] < lengths[:, None]
+
+    def signals():
         H = (rng.random((R, T, NH)) < [0.3, 0.5, 0.1, 0.7]).astype(float)
         U = rng.normal(offset, 1.0, (R, T, NU)) + 0.8 * H[..., [0, 1, 2, 3, 0]]
-        U[~mask], H[~mask] = np.inf, 1.0  # must never reach a sum
-        f32 = (torch.as_tensor(x, dtype=torch.float32) for x in (U, H))
-        blocks.append((*f32, torch.as_tensor(mask)))
-    return blocks
+        return U, H
+
+    # padding garbage that must never reach a sum
+    return make_blocks(rng, n_blocks, R, T, signals, u_pad=np.inf, h_pad=1.0)
 
 
 def run(measure, blocks, info=None):
-    s = measure.start(NU, NH, info=info)
-    for U, H, m in blocks:
-        s = measure.update(s, U, H, m)
-    return s
+    return fold(measure, blocks, NU, NH, info)
 
 
 def reference(blocks, standardize):

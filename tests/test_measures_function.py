@@ -2,35 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
+from measure_blocks import fold, make_blocks
 
 from dni_lab.backend.errors import MeasureError
 from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.measures._common import SymbolMeasure
+from dni_lab.backend.measures.base import Measure, StateShape
 from dni_lab.backend.measures.function import FunctionMeasure
 
-NU, NH = 3, 2
+NU = 3
+NH = 2
 
 
 def padded_blocks(rng, n_blocks, R, T):
-    blocks = []
-    for _ in range(n_blocks):
-        lengths = rng.integers(0, T + 1, R)
-        mask = np.arange(T)[None, :] < lengths[:, None]
+
+    def signals():
         U = rng.normal(0, 1, (R, T, NU))
         H = np.stack([U[..., 0] + rng.normal(0, 1, (R, T)), rng.random((R, T)) < 0.5], -1)
-        U[~mask], H[~mask] = np.nan, np.inf  # must never reach the function
-        f32 = (torch.as_tensor(x, dtype=torch.float32) for x in (U, H))
-        blocks.append((*f32, torch.as_tensor(mask)))
-    return blocks
+        return U, H
+
+    # padding garbage that must never reach the function
+    return make_blocks(rng, n_blocks, R, T, signals, u_pad=np.nan, h_pad=np.inf)
 
 
 def run(measure, blocks, info=None):
-    s = measure.start(NU, NH, info=info)
-    for U, H, m in blocks:
-        s = measure.update(s, U, H, m)
-    return s
+    return fold(measure, blocks, NU, NH, info)
 
 
 def pearson(u: np.ndarray, h: np.ndarray) -> float:
@@ -108,3 +109,34 @@ def test_empty_state_and_kinds():
     assert (
         not calls and np.isnan(live.unit_score).all() and "when the run ends" in live.reason[0, 0]
     )
+
+
+
+@dataclass
+class CountState:
+    n: torch.Tensor
+    n_records: int = 0
+
+
+def test_symbol_measure_folds_real_symbols_and_start_names_the_missing_method():
+    class Count(SymbolMeasure):
+        name = "count"
+
+        def empty_state(self, shape: StateShape) -> CountState:
+            assert shape.per_pair().shape == (NU, NH) and shape.per_pair().dtype == torch.float64
+            return CountState(shape.per_unit())
+
+        def fold(self, state: CountState, Uf, Hf) -> CountState:
+            state.n += Uf.shape[0]
+            return state
+
+    class Nothing(Measure):
+        name = "nothing"
+
+    blocks = padded_blocks(np.random.default_rng(3), 3, 6, 5)
+    state = fold(Count(), blocks, NU, NH)
+    assert state.n_records == 18  # every record, empty ones included
+    real = float(sum(int(mask.sum()) for *_, mask in blocks))
+    assert torch.equal(state.n, torch.full((NU,), real, dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="Nothing implements neither empty_state"):
+        Nothing().start(NU, NH)

@@ -7,33 +7,30 @@ import copy
 import numpy as np
 import pytest
 import torch
+from measure_blocks import fold, make_blocks
 
 import dni_lab.backend.measures.iou as iou_mod
 from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.iou import IoU, LocalIoU
 
-NU, NH = 5, 3
+NU = 5
+NH = 3
 
 
 def padded_blocks(rng, n_blocks, R, T):
     """Units that fire where some hypotheses hold; NaN garbage in the padding."""
-    blocks = []
-    for _ in range(n_blocks):
-        lengths = rng.integers(0, T + 1, R)
-        mask = np.arange(T)[None, :] < lengths[:, None]
+
+    def signals():
         H = (rng.random((R, T, NH)) < [0.05, 0.2, 0.5]).astype(float)
         U = rng.normal(0, 1, (R, T, NU)) + 3.0 * H[..., [0, 1, 2, 0, 1]] * [1, 1, 1, 0, 0.3]
-        U[~mask], H[~mask] = np.nan, 1.0  # must never reach a count
-        f32 = (torch.as_tensor(x, dtype=torch.float32) for x in (U, H))
-        blocks.append((*f32, torch.as_tensor(mask)))
-    return blocks
+        return U, H
+
+    # padding garbage that must never reach a count
+    return make_blocks(rng, n_blocks, R, T, signals, u_pad=np.nan, h_pad=1.0)
 
 
 def run(measure, blocks, info=None, state=None):
-    s = measure.start(NU, NH, info=info) if state is None else state
-    for U, H, m in blocks:
-        s = measure.update(s, U, H, m)
-    return s
+    return fold(measure, blocks, NU, NH, info, state)
 
 
 def iou_reference(blocks, q):

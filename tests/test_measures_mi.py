@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from measure_blocks import fold, make_blocks
 from sklearn.metrics import mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
@@ -26,10 +27,8 @@ NH = len(INFO)
 
 def padded_blocks(rng, n_blocks, R, T, spread=1.0):
     """Blocks whose hypotheses depend on the units; garbage in the padding."""
-    blocks = []
-    for _ in range(n_blocks):
-        lengths = rng.integers(0, T + 1, R)
-        mask = np.arange(T)[None, :] < lengths[:, None]
+
+    def signals():
         U = rng.normal(0, spread, (R, T, NU))
         H = np.stack(
             [
@@ -40,17 +39,14 @@ def padded_blocks(rng, n_blocks, R, T, spread=1.0):
             ],
             -1,
         )
-        U[~mask], H[~mask] = 1e6, -7.0  # must never reach a count
-        f32 = (torch.as_tensor(x, dtype=torch.float32) for x in (U, H))
-        blocks.append((*f32, torch.as_tensor(mask)))
-    return blocks
+        return U, H
+
+    # padding garbage that must never reach a count
+    return make_blocks(rng, n_blocks, R, T, signals, u_pad=1e6, h_pad=-7.0)
 
 
 def run(measure, blocks, info=INFO, nh=NH):
-    s = measure.start(NU, nh, info=info)
-    for U, H, m in blocks:
-        s = measure.update(s, U, H, m)
-    return s
+    return fold(measure, blocks, NU, nh, info)
 
 
 def equal_width(x, first, bins):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from measure_blocks import fold, make_blocks
 from sklearn.linear_model import LinearRegression
 from sklearn.linear_model import Ridge as SkRidge
 from sklearn.metrics import r2_score
@@ -12,23 +13,22 @@ from sklearn.metrics import r2_score
 from dni_lab.backend.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.ridge import Ridge
 
-NU, NH = 6, 4
+NU = 6
+NH = 4
 
 
 def padded_blocks(rng, n_blocks, R, T, offset=0.0):
     """Blocks whose hypotheses depend linearly on the units; NaN garbage in the padding."""
     W = np.random.default_rng(99).normal(0, 1, (NU, NH))
-    blocks = []
-    for _ in range(n_blocks):
-        lengths = rng.integers(0, T + 1, R)
-        mask = np.arange(T)[None, :] < lengths[:, None]
+
+    def signals():
         U = rng.normal(0, 1, (R, T, NU)) + offset
         H = (U - offset) @ W + rng.normal(0, 2, (R, T, NH))
         H[..., -1] = H[..., -1] > 0  # a binary hypothesis
-        U[~mask], H[~mask] = np.nan, 1e9  # must never reach a statistic
-        f32 = (torch.as_tensor(x, dtype=torch.float32) for x in (U, H))
-        blocks.append((*f32, torch.as_tensor(mask)))
-    return blocks
+        return U, H
+
+    # padding garbage that must never reach a statistic
+    return make_blocks(rng, n_blocks, R, T, signals, u_pad=np.nan, h_pad=1e9)
 
 
 def real(blocks):
@@ -38,10 +38,7 @@ def real(blocks):
 
 
 def run(measure, blocks, info=None, nu=NU, nh=NH):
-    s = measure.start(nu, nh, info=info)
-    for U, H, m in blocks:
-        s = measure.update(s, U, H, m)
-    return s
+    return fold(measure, blocks, nu, nh, info)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])

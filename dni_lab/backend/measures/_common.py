@@ -8,11 +8,13 @@ sees the root cause rather than a consequence of it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from ..hypotheses import HypothesisInfo
-from .base import MeasureResult, kind_mask
+from .base import Measure, MeasureResult, kind_mask
 
 F64 = torch.float64
 
@@ -32,6 +34,72 @@ def set_reason(reason: np.ndarray, where: np.ndarray | bool, text: str) -> None:
     """Write ``text`` where ``where`` holds and no earlier reason was written."""
     where = np.broadcast_to(np.asarray(where, dtype=bool), reason.shape)
     reason[where & (reason == None)] = text  # noqa: E711  (elementwise on object arrays)
+
+
+#: Why a binary hypothesis gets no score when it never holds, or always holds.
+NEVER_TRUE = "hypothesis is never true (h > 0.5) over the symbols read"
+ALWAYS_TRUE = "hypothesis is always true (h > 0.5) over the symbols read"
+
+
+class SymbolMeasure(Measure):
+    """A measure that reads each block as its real symbols, padding dropped.
+
+    :meth:`update` counts the block's records on the state (every built-in state
+    has ``n_records``) and hands the real symbols, float32 matrices ``(N, n_units)``
+    and ``(N, n_hyps)``, to :meth:`fold`; a block without real symbols changes
+    nothing else.
+    """
+
+    def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Any:
+        state.n_records += int(U.shape[0])
+        Uf, Hf = as_block(U, H, mask)
+        return self.fold(state, Uf, Hf) if Uf.shape[0] else state
+
+    def fold(self, state: Any, Uf: torch.Tensor, Hf: torch.Tensor) -> Any:
+        """Fold ``N > 0`` real symbols into ``state`` and return the state."""
+        raise NotImplementedError
+
+
+def binary_reasons(reason: np.ndarray, n_true: np.ndarray, n_false: np.ndarray) -> None:
+    """Null the binary hypotheses that never hold or always hold (per-hypothesis counts)."""
+    set_reason(reason, (n_true == 0)[None, :], NEVER_TRUE)
+    set_reason(reason, (n_false == 0)[None, :], ALWAYS_TRUE)
+
+
+def opening_reasons(
+    measure: Measure,
+    n_units: int,
+    n_hyps: int,
+    info: list[HypothesisInfo] | None,
+    n_read: float,
+    min_read: int = 1,
+) -> np.ndarray:
+    """The reasons every measure writes first: too little read, then a kind it cannot score.
+
+    Parameters
+    ----------
+    measure : Measure
+        Its ``name`` and ``kinds`` word the kind reasons.
+    n_units, n_hyps : int
+        Shape of the reason array.
+    info : list of HypothesisInfo or None
+        The hypotheses' kinds (None: every kind is acceptable).
+    n_read : float
+        Symbols the state has read.
+    min_read : int
+        Fewest symbols with which the measure is defined.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n_units, n_hyps)`` object array of reasons, ``None`` where none applies yet.
+    """
+    reason = new_reasons(n_units, n_hyps)
+    if n_read < min_read:
+        text = "no symbols read" if min_read == 1 else f"fewer than {min_read} symbols read"
+        set_reason(reason, True, text)
+    kind_reasons(reason, measure.name, info, measure.kinds)
+    return reason
 
 
 def kind_reasons(

@@ -28,6 +28,7 @@ __all__ = [
     "HypothesisInfo",
     "Measure",
     "MeasureResult",
+    "StateShape",
     "flatten_block",
     "kind_mask",
 ]
@@ -57,11 +58,41 @@ class MeasureResult:
                 setattr(self, name, np.broadcast_to(arr, shape).copy())
 
 
+@dataclass(frozen=True)
+class StateShape:
+    """What a new measure state is sized for: units, hypotheses, device and kinds.
+
+    :meth:`Measure.start` builds one and hands it to :meth:`Measure.empty_state`,
+    so a measure writes only what its state holds.
+    """
+
+    n_units: int
+    n_hyps: int
+    device: torch.device
+    info: list[HypothesisInfo] | None = None
+
+    def zeros(self, *dims: int) -> torch.Tensor:
+        """Float64 zeros of shape ``dims`` on the state's device (running sums stay exact)."""
+        return torch.zeros(*dims, dtype=torch.float64, device=self.device)
+
+    def per_pair(self) -> torch.Tensor:
+        """Float64 zeros ``(n_units, n_hyps)``."""
+        return self.zeros(self.n_units, self.n_hyps)
+
+    def per_unit(self) -> torch.Tensor:
+        """Float64 zeros ``(n_units,)``."""
+        return self.zeros(self.n_units)
+
+    def per_hyp(self) -> torch.Tensor:
+        """Float64 zeros ``(n_hyps,)``."""
+        return self.zeros(self.n_hyps)
+
+
 class Measure:
     """Base class and protocol of a measure.
 
-    Subclasses set ``name`` and implement :meth:`start`, :meth:`update`,
-    :meth:`merge` and :meth:`result`. Constructors only store parameters
+    Subclasses set ``name`` and implement :meth:`empty_state` (or :meth:`start`),
+    :meth:`update`, :meth:`merge` and :meth:`result`. Constructors only store parameters
     (scikit-learn's contract); all work happens in those methods, and states
     are plain objects that can be merged across shards, devices or machines.
 
@@ -91,7 +122,14 @@ class Measure:
         info: list[HypothesisInfo] | None = None,
     ) -> Any:
         """Return an empty state for ``n_units`` units and ``n_hyps`` hypotheses."""
-        raise NotImplementedError
+        return self.empty_state(StateShape(n_units, n_hyps, torch.device(device), info))
+
+    def empty_state(self, shape: StateShape) -> Any:
+        """The state :meth:`start` returns; implement this or override :meth:`start`."""
+        raise NotImplementedError(
+            f"measure {type(self).__name__} implements neither empty_state(shape) nor "
+            "start(n_units, n_hyps, device, info); implement one of them."
+        )
 
     def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Any:
         """Fold one block into ``state`` and return the state."""

@@ -17,15 +17,15 @@ import torch
 from ..hypotheses import HypothesisInfo
 from ._common import (
     F64,
-    as_block,
+    SymbolMeasure,
+    binary_reasons,
     chan,
     finish,
     is_constant,
-    kind_reasons,
-    new_reasons,
+    opening_reasons,
     set_reason,
 )
-from .base import Measure, MeasureResult
+from .base import MeasureResult, StateShape
 
 #: Relative resolution of variances accumulated from float32 block products.
 _F32_RES = 1e-6
@@ -53,7 +53,7 @@ def _div(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return torch.where(n > 0, s / n.clamp_min(1.0), 0.0)
 
 
-class DiffMeans(Measure):
+class DiffMeans(SymbolMeasure):
     """Difference between a unit's mean where a binary hypothesis holds and where not.
 
     Parameters
@@ -64,35 +64,29 @@ class DiffMeans(Measure):
     """
 
     name = "diffmeans"
-    joint = False
     kinds = ("binary",)
-    has_error = False
 
     def __init__(self, standardize: bool = False):
         self.standardize = standardize
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> DiffMeansState:
-        z = lambda *s: torch.zeros(*s, dtype=F64, device=device)  # noqa: E731
-        m2 = (z(n_units, n_hyps), z(n_units, n_hyps)) if self.standardize else (None, None)
+    def empty_state(self, shape: StateShape) -> DiffMeansState:
+        # Per-class centered sums of squares serve only the pooled std of standardize.
+        standardize = self.standardize
         return DiffMeansState(
-            0.0, z(n_units), z(n_units), z(n_hyps), z(n_hyps),
-            z(n_units, n_hyps), z(n_units, n_hyps), *m2, info,
-        )  # fmt: skip
+            n=0.0,
+            mean_u=shape.per_unit(),
+            m2_u=shape.per_unit(),
+            n1=shape.per_hyp(),
+            n0=shape.per_hyp(),
+            mean1=shape.per_pair(),
+            mean0=shape.per_pair(),
+            m2_1=shape.per_pair() if standardize else None,
+            m2_0=shape.per_pair() if standardize else None,
+            info=shape.info,
+        )
 
-    def update(
-        self, state: DiffMeansState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
-    ) -> DiffMeansState:
-        Uf, Hf = as_block(U, H, mask)
+    def fold(self, state: DiffMeansState, Uf: torch.Tensor, Hf: torch.Tensor) -> DiffMeansState:
         n = Uf.shape[0]
-        state.n_records += int(U.shape[0])
-        if n == 0:
-            return state
         dev = state.mean_u.device
         B = (Hf > 0.5).float()
         mu = Uf.mean(0)
@@ -112,7 +106,8 @@ class DiffMeans(Measure):
         mu64 = mu.to(F64)
         blk_u = (float(n), (mu64 + s_all / n).to(dev), (q_all - s_all * s_all / n).to(dev))
         _, state.mean_u, state.m2_u = chan(state.n, state.mean_u, state.m2_u, *blk_u)
-        n1, n0 = n1.to(dev), n0.to(dev)
+        n1 = n1.to(dev)
+        n0 = n0.to(dev)
         m1 = (mu64[:, None] + _div(s1, n1)).to(dev)
         m0 = (mu64[:, None] + _div(s0, n0)).to(dev)
         state.n1, state.mean1, state.m2_1 = chan(state.n1, state.mean1, state.m2_1, n1, m1, m2_1)
@@ -135,18 +130,10 @@ class DiffMeans(Measure):
         )  # fmt: skip
 
     def result(self, state: DiffMeansState, confidence: float = 0.95) -> MeasureResult:
-        n_units, n_hyps = state.mean1.shape
-        reason = new_reasons(n_units, n_hyps)
-        if state.n == 0:
-            set_reason(reason, True, "no symbols read")
-        kind_reasons(reason, self.name, state.info, self.kinds)
-        n1, n0 = state.n1.cpu().numpy(), state.n0.cpu().numpy()
-        set_reason(
-            reason, (n1 == 0)[None, :], "hypothesis is never true (h > 0.5) over the symbols read"
-        )
-        set_reason(
-            reason, (n0 == 0)[None, :], "hypothesis is always true (h > 0.5) over the symbols read"
-        )
+        reason = opening_reasons(self, *state.mean1.shape, state.info, state.n)
+        n1 = state.n1.cpu().numpy()
+        n0 = state.n0.cpu().numpy()
+        binary_reasons(reason, n_true=n1, n_false=n0)
         const_u = is_constant(state.m2_u, state.n, state.mean_u)
         set_reason(reason, const_u[:, None], "unit is constant over the symbols read")
         diff = (state.mean1 - state.mean0).cpu().numpy()

@@ -17,8 +17,8 @@ import torch
 
 from ..errors import MeasureError
 from ..hypotheses import HypothesisInfo
-from ._common import as_block, finish, kind_reasons, new_reasons, set_reason
-from .base import Measure, MeasureResult
+from ._common import SymbolMeasure, finish, new_reasons, opening_reasons, set_reason
+from .base import MeasureResult, StateShape
 
 
 @dataclass
@@ -34,7 +34,7 @@ class FunctionState:
     n_records: int = 0
 
 
-class FunctionMeasure(Measure):
+class FunctionMeasure(SymbolMeasure):
     """Score each (unit, hypothesis) pair with ``fn(u, h) -> float``.
 
     Parameters
@@ -53,9 +53,6 @@ class FunctionMeasure(Measure):
     becomes a null score whose reason quotes it.
     """
 
-    joint = False
-    has_error = False
-
     def __init__(
         self,
         fn: Callable[[np.ndarray, np.ndarray], float],
@@ -66,14 +63,8 @@ class FunctionMeasure(Measure):
         self.name = name if name is not None else getattr(fn, "__name__", "function")
         self.max_rows = max_rows
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> FunctionState:
-        return FunctionState(n_units, n_hyps, info)
+    def empty_state(self, shape: StateShape) -> FunctionState:
+        return FunctionState(shape.n_units, shape.n_hyps, shape.info)
 
     def _check_rows(self, n: int) -> None:
         if n > self.max_rows:
@@ -85,13 +76,7 @@ class FunctionMeasure(Measure):
                 f"result) to stream."
             )
 
-    def update(
-        self, state: FunctionState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
-    ) -> FunctionState:
-        Uf, Hf = as_block(U, H, mask)
-        state.n_records += int(U.shape[0])
-        if Uf.shape[0] == 0:
-            return state
+    def fold(self, state: FunctionState, Uf: torch.Tensor, Hf: torch.Tensor) -> FunctionState:
         self._check_rows(state.n + Uf.shape[0])
         # Copies: a CPU block may be a view of a buffer the engine reuses for the next block.
         state.U.append(Uf.to("cpu", copy=True))
@@ -123,18 +108,16 @@ class FunctionMeasure(Measure):
         return finish(np.full(reason.shape, np.nan), reason)
 
     def result(self, state: FunctionState, confidence: float = 0.95) -> MeasureResult:
-        reason = new_reasons(state.n_units, state.n_hyps)
+        reason = opening_reasons(self, state.n_units, state.n_hyps, state.info, state.n)
         score = np.full((state.n_units, state.n_hyps), np.nan)
         if state.n == 0:
-            set_reason(reason, True, "no symbols read")
             return finish(score, reason)
-        kind_reasons(reason, self.name, state.info, self.kinds)
         # One contiguous float64 row per unit and hypothesis, shared by every call.
         U = np.ascontiguousarray(torch.cat(state.U).numpy().T, dtype=np.float64)
         H = np.ascontiguousarray(torch.cat(state.H).numpy().T, dtype=np.float64)
-        U.flags.writeable = H.flags.writeable = (
-            False  # an in-place edit would leak into other pairs
-        )
+        # Read-only: an in-place edit by the function would leak into other pairs.
+        U.flags.writeable = False
+        H.flags.writeable = False
         for j in range(state.n_hyps):
             if reason[0, j] is not None:
                 continue

@@ -21,10 +21,18 @@ import numpy as np
 import torch
 
 from ..hypotheses import HypothesisInfo
-from ._common import CHUNK_BYTES, F64, as_block, finish, kind_reasons, new_reasons, set_reason
-from .base import Measure, MeasureResult
-
-_NEVER_TRUE = "hypothesis is never true (h > 0.5) over the symbols read"
+from ._common import (
+    CHUNK_BYTES,
+    F64,
+    SymbolMeasure,
+    binary_reasons,
+    finish,
+    kind_reasons,
+    new_reasons,
+    opening_reasons,
+    set_reason,
+)
+from .base import Measure, MeasureResult, StateShape
 
 
 def quantile_rows(X: torch.Tensor, q: float) -> torch.Tensor:
@@ -39,10 +47,12 @@ def quantile_rows(X: torch.Tensor, q: float) -> torch.Tensor:
     k1 = min(k + 1, n - 1)
     if n - k <= k1 + 1:
         top = torch.topk(X, n - k, dim=0).values  # descending: top[i] is order statistic n-1-i
-        lo, hi = top[n - 1 - k], top[n - 1 - k1]
+        lo = top[n - 1 - k]
+        hi = top[n - 1 - k1]
     else:
         bottom = torch.topk(X, k1 + 1, dim=0, largest=False).values  # ascending
-        lo, hi = bottom[k], bottom[k1]
+        lo = bottom[k]
+        hi = bottom[k1]
     return lo + (pos - k) * (hi - lo)
 
 
@@ -59,7 +69,7 @@ class IoUState:
     n_records: int = 0
 
 
-class IoU(Measure):
+class IoU(SymbolMeasure):
     """NetDissect-style IoU of each unit's top-quantile region with a binary hypothesis.
 
     Parameters
@@ -70,30 +80,22 @@ class IoU(Measure):
     """
 
     name = "iou"
-    joint = False
     kinds = ("binary",)
-    has_error = False
 
     def __init__(self, quantile: float = 0.995):
         self.quantile = quantile
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> IoUState:
-        z = lambda *s: torch.zeros(*s, dtype=F64, device=device)  # noqa: E731
-        return IoUState(None, z(n_units, n_hyps), z(n_units), z(n_hyps), 0.0, info)
+    def empty_state(self, shape: StateShape) -> IoUState:
+        return IoUState(
+            threshold=None,
+            inter=shape.per_pair(),
+            a=shape.per_unit(),
+            b=shape.per_hyp(),
+            n=0.0,
+            info=shape.info,
+        )
 
-    def update(
-        self, state: IoUState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
-    ) -> IoUState:
-        Uf, Hf = as_block(U, H, mask)
-        state.n_records += int(U.shape[0])
-        if Uf.shape[0] == 0:
-            return state
+    def fold(self, state: IoUState, Uf: torch.Tensor, Hf: torch.Tensor) -> IoUState:
         dev = state.inter.device
         if state.threshold is None:
             state.threshold = quantile_rows(Uf, self.quantile).to(dev)
@@ -122,14 +124,10 @@ class IoU(Measure):
         )  # fmt: skip
 
     def result(self, state: IoUState, confidence: float = 0.95) -> MeasureResult:
-        n_units, n_hyps = state.inter.shape
-        reason = new_reasons(n_units, n_hyps)
-        if state.n == 0:
-            set_reason(reason, True, "no symbols read")
-        kind_reasons(reason, self.name, state.info, self.kinds)
-        b, a = state.b.cpu().numpy(), state.a.cpu().numpy()
-        set_reason(reason, (b == 0)[None, :], _NEVER_TRUE)
-        set_reason(reason, (b == state.n)[None, :], "hypothesis is constant (always true)")
+        reason = opening_reasons(self, *state.inter.shape, state.info, state.n)
+        b = state.b.cpu().numpy()
+        a = state.a.cpu().numpy()
+        binary_reasons(reason, n_true=b, n_false=state.n - b)
         set_reason(
             reason,
             (a == 0)[:, None],
@@ -163,22 +161,19 @@ class LocalIoU(Measure):
     """
 
     name = "local_iou"
-    joint = False
     kinds = ("binary",)
-    has_error = False
 
     def __init__(self, quantile: float = 0.9):
         self.quantile = quantile
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> LocalIoUState:
-        z = lambda *s: torch.zeros(*s, dtype=F64, device=device)  # noqa: E731
-        return LocalIoUState(z(n_units, n_hyps), z(n_hyps), z(n_hyps), z(n_units), info)
+    def empty_state(self, shape: StateShape) -> LocalIoUState:
+        return LocalIoUState(
+            iou_sum=shape.per_pair(),
+            n_valid=shape.per_hyp(),
+            n_partial=shape.per_hyp(),
+            fired=shape.per_unit(),
+            info=shape.info,
+        )
 
     def record_thresholds(self, U: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Per-record, per-unit quantile over real symbols (numpy's linear rule).
@@ -202,7 +197,8 @@ class LocalIoU(Measure):
     def update(
         self, state: LocalIoUState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
     ) -> LocalIoUState:
-        H, mask = H.to(U.device).float(), mask.to(device=U.device, dtype=torch.bool)
+        H = H.to(U.device).float()
+        mask = mask.to(device=U.device, dtype=torch.bool)
         R, T, n_units = U.shape
         n_hyps = H.shape[2]
         dev = state.iou_sum.device
@@ -211,13 +207,15 @@ class LocalIoU(Measure):
         per = max(1, CHUNK_BYTES // (4 * (2 * n_units * n_hyps + T * (3 * n_units + n_hyps))))
         for r0 in range(0, R, per):
             Ur = U[r0 : r0 + per].float().transpose(1, 2).contiguous()  # (R, U, T)
-            Hr, mr = H[r0 : r0 + per], mask[r0 : r0 + per]
+            Hr = H[r0 : r0 + per]
+            mr = mask[r0 : r0 + per]
             L = mr.sum(1)
             t = self.record_thresholds(Ur, mr)
             A = ((Ur > t[..., None]) & mr[:, None, :]).float()  # (R, U, T)
             B = ((Hr > 0.5) & mr[..., None]).float()  # (R, T, H)
             inter = torch.bmm(A, B)  # (R, U, H): the one batched product per chunk
-            a, b = A.sum(2), B.sum(1)  # (R, U), (R, H)
+            a = A.sum(2)  # (R, U)
+            b = B.sum(1)  # (R, H)
             # A record whose mask is empty has inter = 0, hence IoU 0: it adds nothing
             # to the sum, and n_valid leaves it out of the mean.
             union = torch.add(a[:, :, None], b[:, None, :]).sub_(inter).clamp_min_(1.0)
@@ -237,8 +235,8 @@ class LocalIoU(Measure):
         )  # fmt: skip
 
     def result(self, state: LocalIoUState, confidence: float = 0.95) -> MeasureResult:
-        n_units, n_hyps = state.iou_sum.shape
-        reason = new_reasons(n_units, n_hyps)
+        # No "nothing read" reason: an empty mask in every record read says it already.
+        reason = new_reasons(*state.iou_sum.shape)
         kind_reasons(reason, self.name, state.info, self.kinds)
         n_valid = state.n_valid.cpu().numpy()
         set_reason(reason, (n_valid == 0)[None, :], "hypothesis mask is empty in every record read")

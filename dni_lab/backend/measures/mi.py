@@ -25,10 +25,13 @@ import numpy as np
 import torch
 
 from ..hypotheses import HypothesisInfo
-from ._common import CHUNK_BYTES, F64, as_block, finish, new_reasons, set_reason
-from .base import Measure, MeasureResult
+from ._common import CHUNK_BYTES, F64, SymbolMeasure, finish, opening_reasons, set_reason
+from .base import MeasureResult, StateShape
 
-_CONT, _BIN, _CAT = 0, 1, 2
+# Hypothesis kinds as the binning codes them.
+_CONT = 0
+_BIN = 1
+_CAT = 2
 
 
 @dataclass
@@ -75,18 +78,21 @@ def _clone(v: object, device: torch.device) -> object:
 
 def _plan(sizes: list[int], per: int, budget: int) -> list[tuple[int, int]]:
     """Consecutive index ranges whose ``sum(sizes) * per`` stays within ``budget``."""
-    out, start, acc = [], 0, 0
+    out: list[tuple[int, int]] = []
+    start = 0
+    acc = 0
     for i, s in enumerate(sizes):
         if i > start and (acc + s) * per > budget:
             out.append((start, i))
-            start, acc = i, 0
+            start = i
+            acc = 0
         acc += s
     if start < len(sizes):
         out.append((start, len(sizes)))
     return out
 
 
-class MutualInformation(Measure):
+class MutualInformation(SymbolMeasure):
     """Mutual information (nats) of binned unit activations and binned hypotheses.
 
     Parameters
@@ -101,23 +107,17 @@ class MutualInformation(Measure):
     """
 
     name = "mi"
-    joint = False
-    has_error = False
 
     def __init__(self, bins: int = 16):
         self.bins = bins
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> MIState:
-        return MIState(n_units, n_hyps, info, torch.device(device))
+    def empty_state(self, shape: StateShape) -> MIState:
+        # Bin edges and count tables wait for the first block: it fixes their sizes.
+        return MIState(shape.n_units, shape.n_hyps, shape.info, shape.device)
 
     def _calibrate(self, state: MIState, Uf: torch.Tensor, Hf: torch.Tensor) -> None:
-        dev, b = state.device, self.bins
+        dev = state.device
+        b = self.bins
         info = state.info or [HypothesisInfo(str(j)) for j in range(state.n_hyps)]
         kinds = [{"binary": _BIN, "categorical": _CAT}.get(i.kind, _CONT) for i in info]
         seen = Hf.max(0).values.round().long().cpu().tolist() if Hf.shape[1] else []
@@ -129,12 +129,17 @@ class MutualInformation(Measure):
                 h_bins.append(max(int(i.n_categories or (top + 1)), 1))
             else:
                 h_bins.append(b)
-        state.u_lo, state.u_scale = (t.to(dev) for t in _edges(Uf, b))
+        u_lo, u_scale = _edges(Uf, b)
+        state.u_lo = u_lo.to(dev)
+        state.u_scale = u_scale.to(dev)
         state.h_kind = torch.tensor(kinds, dtype=torch.long, device=dev)
         # Only continuous hypotheses have edges; zeros elsewhere keep merge checks meaningful.
         cont = (state.h_kind == _CONT).to(Hf.device)
-        state.h_lo, state.h_scale = (torch.where(cont, t, 0.0).to(dev) for t in _edges(Hf, b))
-        state.h_bins, state.kinds_present = h_bins, tuple(set(kinds))
+        h_lo, h_scale = _edges(Hf, b)
+        state.h_lo = torch.where(cont, h_lo, 0.0).to(dev)
+        state.h_scale = torch.where(cont, h_scale, 0.0).to(dev)
+        state.h_bins = h_bins
+        state.kinds_present = tuple(set(kinds))
         state.joint = torch.zeros(
             state.n_units * b, sum(h_bins) - len(h_bins), dtype=F64, device=dev
         )
@@ -155,24 +160,21 @@ class MutualInformation(Measure):
             codes = torch.where(kind == _CAT, cat, codes)
         return codes
 
-    def update(
-        self, state: MIState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
-    ) -> MIState:
-        Uf, Hf = as_block(U, H, mask)
-        state.n_records += int(U.shape[0])
-        if Uf.shape[0] == 0:
-            return state
+    def fold(self, state: MIState, Uf: torch.Tensor, Hf: torch.Tensor) -> MIState:
         if not state.calibrated:
             self._calibrate(state, Uf, Hf)
-        b, dev = self.bins, Uf.device
+        b = self.bins
+        dev = Uf.device
         hcodes = self._hyp_codes(state, Hf)  # (N, H)
         extra = [k - 1 for k in state.h_bins]  # one-hot columns per hypothesis (bin 0 left out)
         offsets = [0, *itertools.accumulate(extra)]
         # Float32 counts are exact below 2**24 per cell, hence the row cap.
         rows = max(1, min(2**24, CHUNK_BYTES // (4 * max(b, max(extra, default=1), 1))))
-        u_lo, u_scale = state.u_lo.to(dev), state.u_scale.to(dev)
+        u_lo = state.u_lo.to(dev)
+        u_scale = state.u_scale.to(dev)
         for r0 in range(0, Uf.shape[0], rows):
-            Ur, hc = Uf[r0 : r0 + rows], hcodes[r0 : r0 + rows]
+            Ur = Uf[r0 : r0 + rows]
+            hc = hcodes[r0 : r0 + rows]
             nr = Ur.shape[0]
             uchunk = max(1, CHUNK_BYTES // (4 * nr * b))
             plan = _plan(extra, 4 * nr, CHUNK_BYTES)
@@ -205,7 +207,8 @@ class MutualInformation(Measure):
         hc: torch.Tensor, offsets: list[int], h0: int, h1: int, buf: torch.Tensor
     ) -> torch.Tensor:
         """One-hot of hypotheses ``h0:h1`` without their bin 0, ``(N, offsets[h1]-offsets[h0])``."""
-        c0, c1 = offsets[h0], offsets[h1]
+        c0 = offsets[h0]
+        c1 = offsets[h1]
         codes = hc[:, h0:h1]
         # Bin 0 writes a 0 into its own hypothesis' first column: no other code lands there
         # in that row, and the one-hot stays contiguous (strided GEMMs are far slower).
@@ -218,7 +221,8 @@ class MutualInformation(Measure):
             # A state without edges has read nothing: the result is a copy of the other.
             src = a if a.calibrated else b
             out = MIState(**{k: _clone(v, a.device) for k, v in vars(src).items()})
-            out.device, out.n_records = a.device, a.n_records + b.n_records
+            out.device = a.device
+            out.n_records = a.n_records + b.n_records
             return out
         same = a.h_bins == b.h_bins and all(
             torch.equal(getattr(a, k), getattr(b, k).to(a.device))
@@ -232,7 +236,8 @@ class MutualInformation(Measure):
                 "block, and copy it to the workers before they read their own blocks)"
             )
         out = MIState(**vars(a))
-        out.n, out.n_records = a.n + b.n, a.n_records + b.n_records
+        out.n = a.n + b.n
+        out.n_records = a.n_records + b.n_records
         out.joint = a.joint + b.joint.to(a.device)
         out.u_count = a.u_count + b.u_count.to(a.device)
         return out
@@ -246,21 +251,24 @@ class MutualInformation(Measure):
         return torch.cat([J0[..., None], J1], -1)
 
     def result(self, state: MIState, confidence: float = 0.95) -> MeasureResult:
-        n_units, n_hyps, b = state.n_units, state.n_hyps, self.bins
-        reason = new_reasons(n_units, n_hyps)
+        n_units = state.n_units
+        n_hyps = state.n_hyps
+        b = self.bins
+        reason = opening_reasons(self, n_units, n_hyps, state.info, state.n)
         if not state.calibrated:
-            set_reason(reason, True, "no symbols read")
             return finish(np.zeros((n_units, n_hyps)), reason)
         # MI = (Σ J log J - Σ a log a - Σ c log c) / n + log n over the contingency J with
         # margins a (unit bins) and c (hypothesis bins): no contingency is materialised.
-        n, dev = state.n, state.joint.device
+        n = state.n
+        dev = state.joint.device
         extra = torch.tensor([k - 1 for k in state.h_bins], device=dev)
         col_hyp = torch.repeat_interleave(torch.arange(n_hyps, device=dev), extra)
         sj = torch.zeros(n_units, n_hyps, dtype=F64, device=dev)
         rows = max(b, CHUNK_BYTES // (8 * max(state.joint.shape[1], n_hyps, 1)) // b * b)
         for r0 in range(0, n_units * b, rows):
             Jc = state.joint[r0 : r0 + rows]
-            u0, nu = r0 // b, Jc.shape[0] // b
+            u0 = r0 // b
+            nu = Jc.shape[0] // b
             J0 = state.u_count[r0 : r0 + rows, None] - _seg_sum(Jc, col_hyp, n_hyps)
             xl = _seg_sum(torch.xlogy(Jc, Jc), col_hyp, n_hyps) + torch.xlogy(J0, J0)
             sj[u0 : u0 + nu] = xl.reshape(nu, b, n_hyps).sum(1)

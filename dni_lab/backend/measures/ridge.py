@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from ..hypotheses import HypothesisInfo
-from ._common import F64, as_block, finish, is_constant, kind_reasons, new_reasons, set_reason
-from .base import Measure, MeasureResult
+from ._common import F64, SymbolMeasure, finish, is_constant, opening_reasons, set_reason
+from .base import MeasureResult, StateShape
 
 #: Eigenvalues below this fraction of the largest are float32 rounding, not signal.
 _PINV_RTOL = 1e-6
@@ -47,7 +47,8 @@ def _combine(a: RidgeState, b: tuple) -> RidgeState:
     n = a.n + nb
     if n == 0:
         return a
-    du, dh = mub - a.mean_u, mhb - a.mean_h
+    du = mub - a.mean_u
+    dh = mhb - a.mean_h
     f = a.n * nb / n
     a.cuu = a.cuu + cuub + torch.outer(du, du) * f
     a.cuh = a.cuh + cuhb + torch.outer(du, dh) * f
@@ -69,7 +70,7 @@ def _solve(A: torch.Tensor, B: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.linalg.pinv(A, rtol=_PINV_RTOL, hermitian=True) @ B
 
 
-class Ridge(Measure):
+class Ridge(SymbolMeasure):
     """Ridge regression of each hypothesis on a unit group (a joint measure).
 
     Parameters
@@ -90,37 +91,32 @@ class Ridge(Measure):
     name = "ridge"
     joint = True
     kinds = ("continuous", "binary")
-    has_error = False
 
     def __init__(self, alpha: float = 1.0):
         self.alpha = alpha
 
-    def start(
-        self,
-        n_units: int,
-        n_hyps: int,
-        device: torch.device | str = "cpu",
-        info: list[HypothesisInfo] | None = None,
-    ) -> RidgeState:
-        z = lambda *s: torch.zeros(*s, dtype=F64, device=device)  # noqa: E731
+    def empty_state(self, shape: StateShape) -> RidgeState:
         return RidgeState(
-            0.0, z(n_units), z(n_hyps), z(n_units, n_units), z(n_units, n_hyps), z(n_hyps), info
+            n=0.0,
+            mean_u=shape.per_unit(),
+            mean_h=shape.per_hyp(),
+            cuu=shape.zeros(shape.n_units, shape.n_units),
+            cuh=shape.per_pair(),
+            shh=shape.per_hyp(),
+            info=shape.info,
         )
 
-    def update(
-        self, state: RidgeState, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor
-    ) -> RidgeState:
-        Uf, Hf = as_block(U, H, mask)
+    def fold(self, state: RidgeState, Uf: torch.Tensor, Hf: torch.Tensor) -> RidgeState:
         n = Uf.shape[0]
-        state.n_records += int(U.shape[0])
-        if n == 0:
-            return state
         # Centering before the float32 GEMM keeps its digits; the float32 mean is
         # not exact, so its residual is removed in float64 (Σ(x-m)(y-m') = C + n·rx·ry).
-        mu, mh = Uf.mean(0), Hf.mean(0)
-        Uc, Hc = Uf - mu, Hf - mh
+        mu = Uf.mean(0)
+        mh = Hf.mean(0)
+        Uc = Uf - mu
+        Hc = Hf - mh
         # float32 reductions of centered values are exact enough; float64 ones copy the block.
-        ru, rh = Uc.sum(0).to(F64) / n, Hc.sum(0).to(F64) / n
+        ru = Uc.sum(0).to(F64) / n
+        rh = Hc.sum(0).to(F64) / n
         dev = state.mean_u.device
         blk = (
             float(n),
@@ -157,11 +153,7 @@ class Ridge(Measure):
         return beta, const_u
 
     def result(self, state: RidgeState, confidence: float = 0.95) -> MeasureResult:
-        n_units, n_hyps = state.cuh.shape
-        reason = new_reasons(n_units, n_hyps)
-        if state.n < 2:
-            set_reason(reason, True, "fewer than 2 symbols read")
-        kind_reasons(reason, self.name, state.info, self.kinds)
+        reason = opening_reasons(self, *state.cuh.shape, state.info, state.n, min_read=2)
         const_h = is_constant(state.shh, state.n, state.mean_h)
         set_reason(reason, const_h[None, :], "hypothesis is constant over the symbols read")
         beta, const_u = self.coefficients(state)
