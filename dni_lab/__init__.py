@@ -23,6 +23,7 @@ from .backend.frames import export, read_params
 from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypothesis_family
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.models import Model
+from .backend.params import InspectParams
 from .backend.query import Catalog, QueryError, query
 from .backend.run import Run
 
@@ -37,6 +38,7 @@ __all__ = [
     "HypothesisCache",
     "HypothesisError",
     "HypothesisFamily",
+    "InspectParams",
     "LayerError",
     "Measure",
     "MeasureError",

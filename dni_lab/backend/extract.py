@@ -192,7 +192,8 @@ def _as_symbols(
         shape = getattr(records[0], "shape", None)
         if shape is None or len(shape) < 2:
             raise LayerError(f"layer {addr!r} outputs a 2-D map but the records are not images.")
-        H, W = int(shape[-2]), int(shape[-1])
+        H = int(shape[-2])
+        W = int(shape[-1])
         if t.shape[-2:] != (H, W):
             if not model.resize:
                 raise LayerError(

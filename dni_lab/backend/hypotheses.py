@@ -358,7 +358,8 @@ def hypothesis_block(
     """
     from .cache import block_key
 
-    R, T = len(records), max(n_symbols, default=0)
+    R = len(records)
+    T = max(n_symbols, default=0)
     offsets = np.concatenate([[0], np.cumsum(n_symbols)])
     key = block_key(records) if cache is not None else ""
     cols = []

@@ -150,11 +150,10 @@ def chan(
     count 0 contributes nothing, whatever its (meaningless) mean holds.
     """
     n = na + nb
-    if isinstance(n, torch.Tensor):
-        safe = n.clamp_min(1.0)
-        w, f = nb / safe, na * nb / safe
-    else:
-        w, f = (nb / n, na * nb / n) if n > 0 else (0.0, 0.0)
+    # an empty union (n = 0) divides by 1 instead: both weights are then 0
+    safe = n.clamp_min(1.0) if isinstance(n, torch.Tensor) else max(n, 1.0)
+    w = nb / safe  # the weight of b's mean
+    f = na * nb / safe  # the weight of the squared mean difference
     delta = mb - ma
     mean = ma + delta * w
     m2 = None if m2a is None else m2a + m2b + delta * delta * f

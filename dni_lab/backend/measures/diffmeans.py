@@ -98,7 +98,8 @@ class DiffMeans(SymbolMeasure):
         n0 = n - n1
         q = Uc * Uc
         q_all = q.sum(0).to(F64)
-        m2_1 = m2_0 = None
+        m2_1 = None
+        m2_0 = None
         if state.m2_1 is not None:
             q1 = (q.T @ B).to(F64)
             m2_1 = (q1 - s1 * _div(s1, n1)).clamp_min(0.0).to(dev)
