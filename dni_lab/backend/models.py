@@ -144,6 +144,11 @@ class Model:
             return m.group("base2"), -1, True
         return m.group("base"), int(m.group("k")), bool(m.group("cell"))
 
+    @property
+    def has_widths(self) -> bool:
+        """Whether :meth:`layer_widths` already ran its probe pass."""
+        return bool(self._widths)
+
     def layer_widths(self, sample: Sequence[Any], device: torch.device | str) -> dict[str, int]:
         """Width (number of units) of every address, cached on the model.
 

@@ -17,7 +17,6 @@ import numpy as np
 import polars as pl
 import torch
 
-from ..extract import layer_widths
 from ..hypotheses import HypothesisFamily, as_family
 from ..models import Model, default_symbols
 from .entries import CatalogContents, Dataset, HypothesisEntry, ModelEntry, source_of
@@ -215,8 +214,7 @@ class Scope:
 
     def _units_of(self, e: ModelEntry, samples: Sequence[Any]) -> pl.DataFrame:
         model = e.model
-        widths = model._widths or self._probe(model, samples)
-        model._widths = widths  # the engine reuses them instead of probing again
+        widths = self._probe(model, samples)
         self.widths[e.mid] = widths
         pos = {a: k for k, a in enumerate(model.positional_layers())}
         addrs = [a for a in model.addresses if widths.get(a, 0)]
@@ -243,6 +241,8 @@ class Scope:
         )
 
     def _probe(self, model: Model, samples: Sequence[Any]) -> dict[str, int]:
+        if model.has_widths:
+            return model.layer_widths((), "cpu")  # cached on the model: no forward pass
         candidates = [list(samples[:1])] if len(samples) else []
         candidates += [list(d.records[:1]) for d in self.datasets if len(d.records)]
         params = list(model.module.parameters())
@@ -250,7 +250,7 @@ class Scope:
         errors = []
         for sample in candidates:
             try:
-                return layer_widths(model, sample, device)
+                return model.layer_widths(sample, device)
             except Exception as exc:  # an incompatible dataset: try the next one
                 errors.append(f"{type(exc).__name__}: {exc}")
         raise QueryError(
