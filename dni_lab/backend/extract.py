@@ -282,14 +282,6 @@ def _check_finite(act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor
     return act.masked_fill(~mask[..., None], 0.0)
 
 
-def layer_widths(model: Model, sample: list[Any], device: torch.device) -> dict[str, int]:
-    """Width of every address of ``model``; kept for callers of the old name.
-
-    Use :meth:`Model.layer_widths`, which probes once and caches on the model.
-    """
-    return model.layer_widths(sample, device)
-
-
 def as_indices(sel: Any, width: int, addr: str, model_name: str) -> np.ndarray:
     """Normalize ``"*"``, an int or a list of ints into validated unit indices."""
     if isinstance(sel, str) and sel == "*":
