@@ -2,10 +2,16 @@
 
 Each block is split into groups of consecutive records. A group's centered
 co-moment is one float32 GEMM; groups fold into the float64 running state with
-the pairwise update of Chan et al., which is also ``merge``. Fisher-z values of
-the groups give a batch-means error estimate: symbols inside a record are not
-independent, so counting symbols (the textbook Fisher interval) would be far
-too narrow, while groups of records are close to independent.
+the pairwise update of Chan et al., which is also ``merge``.
+
+The error estimate is a grouped jackknife. Symbols inside a record are not
+independent (an RNN's state is smooth in time, and sliding windows overlap), so
+the textbook Fisher interval, which counts symbols, is far too narrow. Groups of
+consecutive records are close to independent; they are dealt round-robin into
+``buckets`` partial states, and the spread of the correlation computed with one
+bucket left out gives the variance of the pooled correlation. Unlike averaging
+per-group correlations, it stays right for rare hypotheses that most groups
+never see.
 """
 
 from __future__ import annotations
@@ -22,18 +28,81 @@ _F64 = torch.float64
 
 
 @dataclass
+class Moments:
+    """Count, means, centered sums of squares and co-moment of one set of symbols.
+
+    Leading dimensions broadcast: the running total has none, the buckets one.
+    """
+
+    n: torch.Tensor  # (...,) symbols
+    mean_u: torch.Tensor  # (..., U)
+    mean_h: torch.Tensor  # (..., H)
+    m2_u: torch.Tensor  # (..., U)
+    m2_h: torch.Tensor  # (..., H)
+    c_uh: torch.Tensor  # (..., U, H)
+
+    @classmethod
+    def zeros(cls, lead: tuple[int, ...], nu: int, nh: int, device) -> Moments:
+        def z(*dims: int) -> torch.Tensor:
+            return torch.zeros((*lead, *dims), dtype=_F64, device=device)
+
+        return cls(z(), z(nu), z(nh), z(nu), z(nh), z(nu, nh))
+
+    def combine(self, other: Moments) -> Moments:
+        """Chan et al.'s pairwise union (exact; an empty side contributes nothing)."""
+        n = self.n + other.n
+        safe = n.clamp_min(1.0)
+        w = (other.n / safe)[..., None]
+        f = (self.n * other.n / safe)[..., None]
+        du, dh = other.mean_u - self.mean_u, other.mean_h - self.mean_h
+        return Moments(
+            n=n,
+            mean_u=self.mean_u + du * w,
+            mean_h=self.mean_h + dh * w,
+            m2_u=self.m2_u + other.m2_u + du * du * f,
+            m2_h=self.m2_h + other.m2_h + dh * dh * f,
+            c_uh=self.c_uh + other.c_uh + du[..., :, None] * dh[..., None, :] * f[..., None],
+        )
+
+    def without(self, part: Moments) -> Moments:
+        """The moments of the symbols of ``self`` that are not in ``part`` (Chan reversed)."""
+        n = self.n - part.n
+        safe = n.clamp_min(1.0)
+        mean_u = (self.n[..., None] * self.mean_u - part.n[..., None] * part.mean_u) / safe[
+            ..., None
+        ]
+        mean_h = (self.n[..., None] * self.mean_h - part.n[..., None] * part.mean_h) / safe[
+            ..., None
+        ]
+        f = (n * part.n / self.n.clamp_min(1.0))[..., None]
+        du, dh = part.mean_u - mean_u, part.mean_h - mean_h
+        return Moments(
+            n=n,
+            mean_u=mean_u,
+            mean_h=mean_h,
+            m2_u=self.m2_u - part.m2_u - du * du * f,
+            m2_h=self.m2_h - part.m2_h - dh * dh * f,
+            c_uh=self.c_uh - part.c_uh - du[..., :, None] * dh[..., None, :] * f[..., None],
+        )
+
+    def r(self) -> torch.Tensor:
+        """Correlations, NaN where a side has no variance."""
+        den = torch.sqrt((self.m2_u[..., :, None] * self.m2_h[..., None, :]).clamp_min(0))
+        nan = torch.full_like(self.c_uh, float("nan"))
+        return torch.where(den > 0, self.c_uh / den.clamp_min(1e-300), nan)
+
+
+@dataclass
 class CorrState:
-    n: torch.Tensor  # () symbols read
-    mean_u: torch.Tensor  # (U,)
-    mean_h: torch.Tensor  # (H,)
-    m2_u: torch.Tensor  # (U,) centered sum of squares
-    m2_h: torch.Tensor  # (H,)
-    c_uh: torch.Tensor  # (U, H) centered co-moment
-    z_sum: torch.Tensor  # (U, H) sum of group Fisher-z values
-    z_sq: torch.Tensor  # (U, H) sum of their squares
-    z_n: torch.Tensor  # (U, H) groups with a defined correlation
+    total: Moments  # every symbol read
+    buckets: Moments  # (K, ...) groups of records dealt round-robin, for the jackknife
+    n_groups: int  # groups of records folded so far (decides the next bucket)
     n_records: int
     scorable: np.ndarray  # (H,) hypothesis kinds this measure accepts
+
+    @property
+    def n(self) -> torch.Tensor:
+        return self.total.n
 
 
 def _grouped(X: torch.Tensor, g: int) -> torch.Tensor:
@@ -44,39 +113,15 @@ def _grouped(X: torch.Tensor, g: int) -> torch.Tensor:
     return X.reshape(-1, g * T, D)
 
 
-def _chan(a: tuple, b: tuple) -> tuple:
-    """Pairwise combination of (n, mean_u, mean_h, m2_u, m2_h, c_uh) tuples."""
-    na, mua, mha, m2ua, m2ha, ca = a
-    nb, mub, mhb, m2ub, m2hb, cb = b
-    n = na + nb
-    if float(n) == 0:
-        return a
-    du, dh = mub - mua, mhb - mha
-    f = na * nb / n
-    return (
-        n,
-        mua + du * (nb / n),
-        mha + dh * (nb / n),
-        m2ua + m2ub + du * du * f,
-        m2ha + m2hb + dh * dh * f,
-        ca + cb + torch.outer(du, dh) * f,
-    )
-
-
-def _r(m2u: torch.Tensor, m2h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    den = torch.sqrt(torch.outer(m2u, m2h))
-    return torch.where(den > 0, c / den.clamp_min(1e-300), torch.full_like(c, float("nan")))
-
-
 class Corr(Measure):
     """Pearson correlation between each unit and each hypothesis.
 
     Parameters
     ----------
     group_records : int
-        Records per group for the batch-means error estimate.
-    min_groups : int
-        Groups needed before the error estimate is trusted (``err`` is NaN before).
+        Consecutive records per group (a group is the jackknife's unit of independence).
+    buckets : int
+        Jackknife buckets; ``err`` is NaN until every bucket holds a group.
     rel_tol : float
         Relative variance below which a unit or hypothesis counts as constant.
     """
@@ -86,26 +131,26 @@ class Corr(Measure):
     kinds = ("binary", "continuous", "categorical")
     has_error = True
 
-    def __init__(self, group_records: int = 64, min_groups: int = 20, rel_tol: float = 1e-10):
+    def __init__(self, group_records: int = 64, buckets: int = 20, rel_tol: float = 1e-10):
         self.group_records = group_records
-        self.min_groups = min_groups
+        self.buckets = buckets
         self.rel_tol = rel_tol
 
     def start(self, n_units, n_hyps, device="cpu", info: list[HypothesisInfo] | None = None):
-        z = lambda *s: torch.zeros(*s, dtype=_F64, device=device)  # noqa: E731
         return CorrState(
-            z(()), z(n_units), z(n_hyps), z(n_units), z(n_hyps), z(n_units, n_hyps),
-            z(n_units, n_hyps), z(n_units, n_hyps), z(n_units, n_hyps), 0,
-            kind_mask(info, n_hyps, self.kinds),
-        )  # fmt: skip
+            total=Moments.zeros((), n_units, n_hyps, device),
+            buckets=Moments.zeros((self.buckets,), n_units, n_hyps, device),
+            n_groups=0,
+            n_records=0,
+            scorable=kind_mask(info, n_hyps, self.kinds),
+        )
 
     def update(self, state: CorrState, U, H, mask):
-        n_b = float(mask.sum())
-        if n_b == 0:
+        if not bool(mask.any()):
             return state
         # Shifting by a running mean keeps float32 products as accurate as centered ones.
         if float(state.n) > 0:
-            su, sh = state.mean_u, state.mean_h
+            su, sh = state.total.mean_u, state.total.mean_h
         else:
             su, sh = U[mask].mean(0).to(_F64), H[mask].to(U.dtype).mean(0).to(_F64)
         m = mask[..., None].to(U.dtype)
@@ -114,64 +159,54 @@ class Corr(Measure):
             Ud.mul_(m)
         # The mask column makes the one product also return the units' sums.
         Hd = torch.cat([(H.to(U.dtype) - sh.to(U.dtype)) * m, m], dim=2)
-        g = self.group_records
-        Ug, Hg = _grouped(Ud, g), _grouped(Hd, g)
-        S = torch.bmm(Ug.transpose(1, 2), Hg)  # (G, U, H+1): the one product per block
-        s_h_all = Hg.sum(1)
+        Ug, Hg = _grouped(Ud, self.group_records), _grouped(Hd, self.group_records)
+        S = torch.bmm(Ug.transpose(1, 2), Hg).to(_F64)  # (G, U, H+1): the one product
+        s_h_all = Hg.sum(1, dtype=_F64)
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
-        q_u = torch.linalg.vector_norm(Ug, dim=1).square()
-        q_h = Hg[:, :, :-1].square().sum(1)
-        self._group_z(state, S, s_u, s_h, q_u, q_h, cnt)
-        n = torch.tensor(n_b, dtype=_F64, device=U.device)
-        su_t, sh_t = s_u.sum(0, dtype=_F64), s_h.sum(0, dtype=_F64)
-        blk = (
-            n,
-            su + su_t / n,
-            sh + sh_t / n,
-            q_u.sum(0, dtype=_F64) - su_t * su_t / n,
-            q_h.sum(0, dtype=_F64) - sh_t * sh_t / n,
-            S.sum(0, dtype=_F64) - torch.outer(su_t, sh_t) / n,
+        q_u = Ug.square().sum(1, dtype=_F64)
+        q_h = Hg[:, :, :-1].square().sum(1, dtype=_F64)
+        keep = cnt > 0
+        cnt, s_u, s_h, q_u, q_h, S = cnt[keep], s_u[keep], s_h[keep], q_u[keep], q_h[keep], S[keep]
+        c = cnt.clamp_min(1.0)[:, None]
+        groups = Moments(
+            n=cnt,
+            mean_u=su + s_u / c,
+            mean_h=sh + s_h / c,
+            m2_u=q_u - s_u * s_u / c,
+            m2_h=q_h - s_h * s_h / c,
+            c_uh=S - s_u[:, :, None] * (s_h / c)[:, None, :],
         )
-        acc = _chan((state.n, state.mean_u, state.mean_h, state.m2_u, state.m2_h, state.c_uh), blk)
-        state.n, state.mean_u, state.mean_h, state.m2_u, state.m2_h, state.c_uh = acc
+        block = _sum_groups(groups, su, sh, s_u, s_h, q_u, q_h, S)
+        state.total = state.total.combine(block)
+        G = int(cnt.shape[0])
+        slots = (state.n_groups + torch.arange(G)) % self.buckets
+        # Fewer groups per block than buckets (the usual case): one vectorized union.
+        for start in range(0, G, self.buckets):
+            sel = slots[start : start + self.buckets]
+            part = _index(groups, slice(start, start + self.buckets))
+            merged = _index(state.buckets, sel).combine(part)
+            _assign(state.buckets, sel, merged)
+        state.n_groups += G
         state.n_records += int(U.shape[0])
         return state
 
-    def _group_z(self, state, S, s_u, s_h, q_u, q_h, cnt) -> None:
-        """Accumulate the Fisher-z of every non-empty group (float32 is ample here)."""
-        keep = cnt > 1
-        if not bool(keep.any()):
-            return
-        S, s_u, s_h, q_u, q_h, c = S[keep], s_u[keep], s_h[keep], q_u[keep], q_h[keep], cnt[keep]
-        c = c[:, None]
-        m2u = (q_u - s_u * s_u / c).clamp_min(0)
-        m2h = (q_h - s_h * s_h / c).clamp_min(0)
-        cov = S - s_u[:, :, None] * (s_h / c)[:, None, :]
-        den = torch.sqrt(m2u[:, :, None] * m2h[:, None, :])
-        ok = den > 1e-12 * (1 + den.amax())
-        z = torch.atanh((cov / den.clamp_min(1e-30)).clamp(-0.999999, 0.999999))
-        z = torch.where(ok, z, torch.zeros_like(z))
-        state.z_sum += z.sum(0, dtype=_F64)
-        state.z_sq += (z * z).sum(0, dtype=_F64)
-        state.z_n += ok.sum(0).to(_F64)
-
     def merge(self, a: CorrState, b: CorrState) -> CorrState:
-        acc = _chan(
-            (a.n, a.mean_u, a.mean_h, a.m2_u, a.m2_h, a.c_uh),
-            (b.n, b.mean_u, b.mean_h, b.m2_u, b.m2_h, b.c_uh),
-        )
         return CorrState(
-            *acc, a.z_sum + b.z_sum, a.z_sq + b.z_sq, a.z_n + b.z_n,
-            a.n_records + b.n_records, a.scorable,
-        )  # fmt: skip
+            total=a.total.combine(b.total),
+            buckets=a.buckets.combine(b.buckets),
+            n_groups=a.n_groups + b.n_groups,
+            n_records=a.n_records + b.n_records,
+            scorable=a.scorable,
+        )
 
     def result(self, state: CorrState, confidence: float = 0.95) -> MeasureResult:
-        n = float(state.n)
-        r = _r(state.m2_u, state.m2_h, state.c_uh).clamp(-1, 1).cpu().numpy()
-        var_u = (state.m2_u / max(n, 1)).cpu().numpy()
-        var_h = (state.m2_h / max(n, 1)).cpu().numpy()
-        mean_u2 = (state.mean_u**2).cpu().numpy()
-        mean_h2 = (state.mean_h**2).cpu().numpy()
+        tot = state.total
+        n = float(tot.n)
+        r = tot.r().clamp(-1, 1).cpu().numpy()
+        var_u = (tot.m2_u / max(n, 1)).cpu().numpy()
+        var_h = (tot.m2_h / max(n, 1)).cpu().numpy()
+        mean_u2 = (tot.mean_u**2).cpu().numpy()
+        mean_h2 = (tot.mean_h**2).cpu().numpy()
         reason = np.full(r.shape, None, dtype=object)
         const_u = var_u <= self.rel_tol * np.maximum(mean_u2, 1.0)
         const_h = var_h <= self.rel_tol * np.maximum(mean_h2, 1.0)
@@ -185,14 +220,37 @@ class Corr(Measure):
         return MeasureResult(r, r.copy(), err, reason)
 
     def _error(self, state: CorrState, r: np.ndarray, confidence: float) -> np.ndarray:
-        """Batch-means half-width of the confidence interval, mapped back to r."""
-        g = state.z_n.cpu().numpy()
-        zs, zq = state.z_sum.cpu().numpy(), state.z_sq.cpu().numpy()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            var = np.maximum(zq - zs * zs / g, 0.0) / (g - 1)
-            t = stdtrit(np.maximum(g - 1, 1), 0.5 + confidence / 2)
-            half = t * np.sqrt(var / g)
-            z = np.arctanh(np.clip(r, -0.999999, 0.999999))
-            err = np.maximum(np.tanh(z + half) - r, r - np.tanh(z - half))
-        err[(g < self.min_groups) | ~np.isfinite(r)] = np.nan
+        """Half-width of the grouped-jackknife confidence interval of ``r``."""
+        k = self.buckets
+        if bool((state.buckets.n == 0).any()):
+            return np.full(r.shape, np.nan)
+        loo = state.total.without(state.buckets).r().clamp(-1, 1).cpu().numpy()  # (K, U, H)
+        with np.errstate(invalid="ignore"):
+            var = (k - 1) / k * ((loo - loo.mean(0)) ** 2).sum(0)
+        err = stdtrit(k - 1, 0.5 + confidence / 2) * np.sqrt(var)
+        err[~np.isfinite(r)] = np.nan
         return err
+
+
+def _sum_groups(groups: Moments, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
+    """The block's moments straight from the shifted sums (cheaper than G unions)."""
+    n = groups.n.sum()
+    su_t, sh_t = s_u.sum(0), s_h.sum(0)
+    safe = n.clamp_min(1.0)
+    return Moments(
+        n=n,
+        mean_u=su + su_t / safe,
+        mean_h=sh + sh_t / safe,
+        m2_u=q_u.sum(0) - su_t * su_t / safe,
+        m2_h=q_h.sum(0) - sh_t * sh_t / safe,
+        c_uh=S.sum(0) - torch.outer(su_t, sh_t) / safe,
+    )
+
+
+def _index(m: Moments, idx) -> Moments:
+    return Moments(m.n[idx], m.mean_u[idx], m.mean_h[idx], m.m2_u[idx], m.m2_h[idx], m.c_uh[idx])
+
+
+def _assign(m: Moments, idx: torch.Tensor, v: Moments) -> None:
+    for name in ("n", "mean_u", "mean_h", "m2_u", "m2_h", "c_uh"):
+        getattr(m, name)[idx] = getattr(v, name)
