@@ -316,3 +316,30 @@ def test_constant_hypothesis_does_not_block_early_stopping():
     n = dict(zip(f["hid"], f["n_records"], strict=True))
     assert n["never"] < 20_000 and n["strong"] < 20_000
     assert f.filter(pl.col("hid") == "never")["reason"][0].startswith("hypothesis is constant")
+
+
+def test_model_moved_once_per_run_not_per_block(char_model, records, hyps, monkeypatch):
+    calls = []
+    orig = nn.Module.to
+
+    def counting_to(self, *args, **kwargs):
+        calls.append(args)
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "to", counting_to)
+    dl.inspect([char_model], hyps, ["corr"], records, eps=None, block_size=8, device="cpu")
+    # the module already lives on the CPU: nothing is moved at all, whatever the blocks
+    assert calls == []
+
+
+def test_progress_rate_and_time_left_never_grow():
+    p = dl.Progress(total_records=1000)
+    p.records_read = 100
+    p.mark(1.0)  # 100 records/s: 9 s left
+    assert p.records_per_s == pytest.approx(100.0)
+    assert p.time_left_s == pytest.approx(9.0)
+    p.records_read = 150
+    p.mark(3.0)  # slower now (8.5 * 2 = 17 s at the average rate), but the promise was 7 s
+    assert p.time_left_s == pytest.approx(7.0)
+    p.done = True
+    assert p.time_left_s == 0.0

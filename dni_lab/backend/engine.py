@@ -3,6 +3,7 @@ convergence checked per (unit group, hypothesis, measure), early stop, cancel.""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +36,15 @@ from .states import MeasureState
 #: ``eps=None`` reads everything.
 NULL_SETTLE_RECORDS = 2048
 
+#: A pair of an independent measure whose interval lies wholly below the lower bound of its
+#: hypothesis's TOP_K-th best unit is *decided*: the ranking a user reads cannot change.
+TOP_K = 3
+
+#: Once every other pair has converged or is decided, reading stops even if this share of
+#: pairs (rare hypotheses whose interval shrinks slowly) is still open; the frame names
+#: each of them in ``reason`` with its current error.
+LEAVE_OPEN = 0.005
+
 
 @dataclass
 class Progress:
@@ -53,15 +63,39 @@ class Progress:
     def share_converged(self) -> float:
         return self.pairs_converged / self.pairs_total if self.pairs_total else 0.0
 
+    pairs_decided: int = 0
+    _estimate: tuple[float, float] | None = None  # (elapsed_s, time left) at the last block
+
+    @property
+    def records_per_s(self) -> float | None:
+        """Records read per second so far."""
+        if not self.records_read or self.elapsed_s <= 0:
+            return None
+        return self.records_read / self.elapsed_s
+
     @property
     def time_left_s(self) -> float | None:
-        """Upper bound from the read rate, if the data's length is known."""
+        """Seconds left at most (reading to the end of the data), never above the last estimate.
+
+        ``None`` while the data's length is unknown (a generator without ``max_records``).
+        """
         if self.done:
             return 0.0
         if not self.total_records or not self.records_read:
             return None
-        rate = self.elapsed_s / self.records_read
-        return rate * max(self.total_records - self.records_read, 0)
+        left = self.elapsed_s / self.records_read * max(self.total_records - self.records_read, 0)
+        if self._estimate is not None:
+            at, before = self._estimate
+            still = before - (self.elapsed_s - at)
+            if still > 0:  # the earlier promise still holds: never raise it
+                left = min(left, still)
+        return left
+
+    def mark(self, elapsed_s: float) -> None:
+        """Record the time at the end of a block and pin the estimate made then."""
+        self.elapsed_s = elapsed_s
+        left = self.time_left_s
+        self._estimate = None if left is None else (elapsed_s, left)
 
 
 class Inspection:
@@ -99,6 +133,7 @@ class Inspection:
         self.states: list[MeasureState] = []
         self.progress = Progress(total_records=_length(data, self.params.max_records))
         self._cancel = False
+        self._read_to_end = False
 
     def metadata(self) -> dict[str, Any]:
         """The query's parameters, as stored with an exported frame (``dl.export``)."""
@@ -118,6 +153,12 @@ class Inspection:
     # -- the loop ---------------------------------------------------------------
     def run(self, on_block: Callable[[Inspection], None] | None = None) -> pl.DataFrame:
         """Read blocks until every pair converged, the data ended, or a cancel."""
+        with contextlib.ExitStack() as placed:
+            for model in self.models:  # once per run, not per block
+                placed.enter_context(on_device(model, self.device))
+            return self._loop(on_block)
+
+    def _loop(self, on_block: Callable[[Inspection], None] | None) -> pl.DataFrame:
         start = time.perf_counter()
         extractors: dict[str, Extractor] = {}
         for block_records, first in self._blocks():
@@ -146,8 +187,7 @@ class Inspection:
                 < torch.as_tensor(n_sym, device=self.device)[:, None]
             )
             for mu in self._active_models():
-                with on_device(mu.model, self.device):
-                    parts = extractors[mu.model.name](block_records, mask)
+                parts = extractors[mu.model.name](block_records, mask)
                 U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
                 for s in self._states_of(mu):
                     cols = s.columns
@@ -156,11 +196,14 @@ class Inspection:
             self.progress.records_read = first + len(block_records)
             self.progress.blocks += 1
             self._check_convergence()
-            self.progress.elapsed_s = time.perf_counter() - start
+            self.progress.mark(time.perf_counter() - start)
             if on_block is not None:
                 on_block(self)
-            if self._cancel or (self.params.eps is not None and self._all_converged()):
+            if self._cancel or (self.params.eps is not None and self._settled()):
                 break
+        if not self._cancel and not self._read_to_end:
+            for s in self.states:
+                s.leave_open(self.params.eps)
         self.progress.cancelled = self._cancel
         self.progress.done = True
         self.progress.elapsed_s = time.perf_counter() - start
@@ -174,6 +217,7 @@ class Inspection:
         while True:
             block = list(itertools.islice(it, self.params.block_size))
             if not block:
+                self._read_to_end = True
                 if first == 0:
                     raise DNIError("the data holds no records; pass a non-empty sequence.")
                 return
@@ -245,7 +289,19 @@ class Inspection:
                 new |= np.isnan(res.unit_score) & (res.reason != None) & ~s.converged  # noqa: E711
             if new.any():
                 s.freeze(res, new, self.progress.records_read)
+            if not s.measure.joint:
+                s.decide(res, TOP_K)
         self.progress.pairs_converged = int(sum(s.converged.sum() for s in self.states))
+        self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))
+
+    def _settled(self) -> bool:
+        """Every pair converged or decided, but for at most LEAVE_OPEN of them."""
+        if not self.states:
+            return False
+        if any(not s.measure.has_error and not s.converged.all() for s in self.states):
+            return False
+        open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in self.states)
+        return open_pairs <= LEAVE_OPEN * self.progress.pairs_total
 
     def _finished_families(self) -> set[int]:
         """Families whose every score has converged in every state: no need to run them."""
@@ -262,7 +318,7 @@ class Inspection:
         """The score frame now: converged pairs frozen, the rest at their current value."""
         if not self.states:
             return empty_frame()
-        complete = final and not self._cancel
+        complete = final and self._read_to_end and not self._cancel
         confidence = self.params.confidence
         parts = []
         for s in self.states:

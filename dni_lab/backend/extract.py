@@ -39,16 +39,29 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 @contextlib.contextmanager
 def on_device(model: Model, device: torch.device):
-    """Move the module to ``device`` in eval mode; restore device and mode on exit."""
+    """Hold the module on ``device`` in eval mode; restore its mode (and home) on exit.
+
+    A module already on ``device``, placed on an accelerator of its kind, or spread over devices
+    (Hugging Face's ``hf_device_map``) is left where it is: moving weights costs a
+    round trip per call, and a placed model's owner chose its place.
+    """
     mod = model.module
     was_training = mod.training
-    params = list(mod.parameters()) + list(mod.buffers())
-    home = params[0].device if params else device
-    mod.to(device).eval()
+    tensors = list(mod.parameters()) + list(mod.buffers())
+    home = tensors[0].device if tensors else torch.device(device)
+    target = torch.device(device)
+    on_accelerator = home.type == target.type and home.type not in ("cpu", "meta")
+    placed = getattr(mod, "hf_device_map", None) is not None or on_accelerator
+    move = not placed and any(t.device != target for t in tensors)
+    if move:
+        mod.to(device)
+    mod.eval()
     try:
         yield
     finally:
-        mod.to(home).train(was_training)
+        if move:
+            mod.to(home)
+        mod.train(was_training)
 
 
 def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:

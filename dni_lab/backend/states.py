@@ -52,6 +52,12 @@ class MeasureState:
     converged: np.ndarray
     frozen: MeasureResult | None = field(default=None)
     frozen_records: np.ndarray | None = field(default=None)
+    decided: np.ndarray = field(default=None)  # type: ignore[assignment]
+    open_reason: np.ndarray | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.decided is None:
+            self.decided = np.zeros(self.converged.shape, dtype=bool)
 
     @property
     def model_name(self) -> str:
@@ -78,6 +84,35 @@ class MeasureState:
         self.frozen_records[new] = records_read
         self.converged |= new
 
+    def decide(self, current: MeasureResult, top_k: int) -> None:
+        """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.
+
+        A pair is decided when ``|score| + err`` lies below the ``top_k``-th largest
+        ``|score| - err`` of its hypothesis column: reading on could move its score,
+        but not the ranking a user reads. Pairs without an error stay undecided.
+        """
+        score = np.abs(current.unit_score)
+        lo = np.where(np.isfinite(current.err), score - current.err, -np.inf)
+        hi = score + current.err
+        k = min(top_k, score.shape[0])
+        if k < 1 or score.shape[0] <= k:
+            return
+        kth = -np.partition(-np.nan_to_num(lo, nan=-np.inf), k - 1, axis=0)[k - 1]
+        with np.errstate(invalid="ignore"):
+            self.decided = ~self.converged & (hi < kth[None, :])
+        self._top_k = k
+
+    def leave_open(self, eps: float | None) -> None:
+        """Name why each pair still open when reading stopped early was left open."""
+        if eps is None:
+            return
+        why = np.full(self.converged.shape, None, dtype=object)
+        k = getattr(self, "_top_k", None)
+        why[self.decided] = f"left open: outside its hypothesis's top {k} units"
+        rest = ~self.converged & ~self.decided
+        why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
+        self.open_reason = why
+
     def rows(
         self, current: MeasureResult, hids: list[str], records_read: int, complete: bool
     ) -> pl.DataFrame:
@@ -97,5 +132,13 @@ class MeasureState:
                 reason=np.where(keep, self.frozen.reason, current.reason),
             )
             n_records = np.where(keep, self.frozen_records, records_read)
+        if self.open_reason is not None and not complete:
+            has = (self.open_reason != None) & (result.reason == None)  # noqa: E711
+            result = MeasureResult(
+                unit_score=result.unit_score,
+                group_score=result.group_score,
+                err=result.err,
+                reason=np.where(has, self.open_reason, result.reason),
+            )
         converged = self.converged | complete
         return score_rows(self.labels(), hids, self.measure.name, result, n_records, converged)
