@@ -10,6 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
+from dni_lab.backend.engine import Progress
+
 
 def demo(args: argparse.Namespace) -> int:
     """Train or load the SQL LSTM, inspect it against the SQL grammar, print and save."""
@@ -37,17 +39,25 @@ def demo(args: argparse.Namespace) -> int:
         data=records,
         units=[("lstm", "*")],
         eps=args.eps,
-        on_block=lambda insp: print(
-            f"  block {insp.progress.blocks}: {insp.progress.records_read} records, "
-            f"{insp.progress.share_converged:.0%} of pairs converged",
-            flush=True,
-        ),
+        on_block=lambda insp: print(_progress_line(insp.progress), flush=True),
     )
     print(f"inspection: {time.perf_counter() - t1:.1f} s, {frame.height} scores\n")
     _print_top(frame, args.top)
     out = dl.export(frame, args.out, {"measures": args.measures, "eps": args.eps})
     print(f"\nscore frame written to {out}")
     return 0
+
+
+def _progress_line(p: Progress) -> str:
+    """One line per block: where the run stands, how fast, how long at most."""
+    settled = (p.pairs_converged + p.pairs_decided) / max(p.pairs_total, 1)
+    rate = p.records_per_s
+    left = p.time_left_s
+    return (
+        f"  block {p.blocks}: {p.records_read:,} records, {settled:.0%} of pairs settled"
+        + (f", {rate:,.0f} records/s" if rate else "")
+        + (f", at most {left:.0f} s left" if left is not None else "")
+    )
 
 
 def _print_top(frame: pl.DataFrame, k: int) -> None:
