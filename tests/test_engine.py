@@ -239,11 +239,24 @@ def test_data_from_arrow_tables(char_model, records, hyps):
         pl.Series("text", records),
         pa.table({"text": records}),
         pl.DataFrame({"t": records}),
+        pa.array(records),
+        pa.chunked_array([records[:5], records[5:]]),
     ):
         f = dl.inspect([char_model], hyps, ["corr"], data, units=[("lstm", [0])], eps=None)
         assert f.equals(ref)
+    for two in (pl.DataFrame({"a": records, "b": records}), pa.table({"a": records, "b": records})):
+        with pytest.raises(dl.DNIError, match="one column"):
+            dl.inspect([char_model], hyps, ["corr"], two)
+
+
+def test_data_from_pandas_series():
+    pd = pytest.importorskip("pandas")
+    from dni_lab.backend.resolve import as_records
+
+    assert as_records(pd.Series(["ab", "cd"])) == ["ab", "cd"]
+    assert as_records(pd.DataFrame({"t": ["ab", "cd"]})) == ["ab", "cd"]
     with pytest.raises(dl.DNIError, match="one column"):
-        dl.inspect([char_model], hyps, ["corr"], pl.DataFrame({"a": records, "b": records}))
+        as_records(pd.DataFrame({"a": ["x"], "b": ["y"]}))
 
 
 class Replay(nn.Module):

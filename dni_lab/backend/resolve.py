@@ -207,18 +207,40 @@ def resolve_units(
 
 
 def as_records(data: Any) -> Any:
-    """Records from a sequence, an iterable, or a one-column table (``__arrow_c_stream__``)."""
-    if isinstance(data, (pl.DataFrame, pl.Series)) or hasattr(data, "__arrow_c_stream__"):
-        table = data if isinstance(data, (pl.DataFrame, pl.Series)) else pl.DataFrame(data)
-        if isinstance(table, pl.DataFrame):
-            if table.width != 1:
-                raise DNIError(
-                    f"data is a table with columns {table.columns}; pass one column, "
-                    "e.g. data=frame['text']."
-                )
-            table = table.to_series()
-        return table.to_list()
+    """Records from a sequence, an iterable, or one column of a table.
+
+    Accepts Polars frames and series, anything with ``__arrow_c_stream__`` or
+    ``__arrow_c_array__`` (pyarrow tables, arrays and chunked arrays), pandas
+    series and frames, and Hugging Face ``Dataset`` objects; a table must hold
+    exactly one column.
+    """
+    if hasattr(data, "column_names") and hasattr(data, "select_columns"):  # a HF Dataset
+        _one_column(list(data.column_names))
+        return data[data.column_names[0]]
+    if hasattr(data, "to_frame") and hasattr(data, "dtype") and hasattr(data, "tolist"):
+        return data.tolist()  # a pandas Series
+    if hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
+        _one_column([str(c) for c in data.columns])
+        return data.iloc[:, 0].tolist()
+    if isinstance(data, pl.Series):
+        return data.to_list()
+    if isinstance(data, pl.DataFrame) or hasattr(data, "__arrow_c_stream__"):
+        if not isinstance(data, pl.DataFrame) and not hasattr(data, "column_names"):
+            return pl.Series(data).to_list()  # a pyarrow (chunked) array: one column already
+        table = data if isinstance(data, pl.DataFrame) else pl.DataFrame(data)
+        _one_column(table.columns)
+        return table.to_series().to_list()
+    if hasattr(data, "__arrow_c_array__"):
+        return pl.Series(data).to_list()
     return data
+
+
+def _one_column(columns: list[str]) -> None:
+    if len(columns) != 1:
+        raise DNIError(
+            f"data is a table with columns {columns}; pass one column, "
+            f"e.g. data=table[{columns[0]!r}]." if columns else "data is a table with no columns."
+        )
 
 
 def as_cache(cache: Any) -> HypothesisCache | None:
