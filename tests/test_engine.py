@@ -356,3 +356,17 @@ def test_progress_rate_and_time_left_never_grow():
     assert p.time_left_s == pytest.approx(7.0)
     p.done = True
     assert p.time_left_s == 0.0
+
+
+def test_nan_behavior_names_the_record_position_in_the_data():
+    def encode(records):
+        x = torch.ones(len(records), 4, 3)
+        for i, r in enumerate(records):
+            if r == 37:
+                x[i, 2, 1] = float("nan")
+        return x
+
+    model = dl.Model(Replay(), encode=encode, symbols=lambda r: 4, name="nan-at-37")
+    hyp = dl.hypothesis(lambda r: [float(r % 3 == 0), 0.0, 1.0, 0.5], name="h")
+    with pytest.raises(dl.BehaviorError, match="record 37 of the data"):
+        dl.inspect([model], [hyp], ["corr"], list(range(64)), units=[("", "*")], block_size=16)

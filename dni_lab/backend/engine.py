@@ -187,7 +187,7 @@ class Inspection:
                 < torch.as_tensor(n_sym, device=self.device)[:, None]
             )
             for mu in self._active_models():
-                parts = extractors[mu.model.name](block_records, mask)
+                parts = extractors[mu.model.name](block_records, mask, first)
                 U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
                 for s in self._states_of(mu):
                     cols = s.columns

@@ -101,8 +101,14 @@ class Extractor:
                 "(activations (R, T, D), records) -> tensor of the same shape."
             )
 
-    def __call__(self, records: list[Any], mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Behaviors of the planned units: ``{address: (R, T, n_selected)}`` float32."""
+    def __call__(
+        self, records: list[Any], mask: torch.Tensor, first: int = 0
+    ) -> dict[str, torch.Tensor]:
+        """Behaviors of the planned units: ``{address: (R, T, n_selected)}`` float32.
+
+        ``first`` is the position of ``records[0]`` in the data, so that errors name
+        the record a user can find.
+        """
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
         with ctx:
@@ -122,7 +128,7 @@ class Extractor:
                     act = _gradient(act, leaf, mask, records)
                 elif callable(self.behavior):
                     act = _apply(self.behavior, act, records, addr)
-                out[addr] = _check_finite(act.detach().float(), self.model, addr, mask)
+                out[addr] = _check_finite(act.detach().float(), self.model, addr, mask, first)
         return out
 
     def _symbols(self, addr: str, store: dict, records: list[Any], T: int) -> torch.Tensor:
@@ -283,13 +289,15 @@ def _apply(fn: Callable, act: torch.Tensor, records: list, addr: str) -> torch.T
     return out
 
 
-def _check_finite(act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor) -> torch.Tensor:
+def _check_finite(
+    act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor, first: int = 0
+) -> torch.Tensor:
     bad = ~torch.isfinite(act) & mask[..., None]
     if bool(bad.any()):
         r, t, u = (int(i) for i in torch.nonzero(bad)[0])
         raise BehaviorError(
             f"model {model.name!r}, layer {addr!r}: NaN or inf behavior at unit {u}, symbol {t} "
-            f"of record {r} of the block; check the model's weights and inputs "
+            f"of record {first + r} of the data; check the model's weights and inputs "
             "(e.g. torch.isfinite on its parameters)."
         )
     return act.masked_fill(~mask[..., None], 0.0)
