@@ -24,6 +24,7 @@ from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypoth
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.models import Model
 from .backend.params import InspectParams
+from .backend.provenance import provenance
 from .backend.query import Catalog, QueryError, query
 from .backend.run import Run
 
@@ -53,6 +54,7 @@ __all__ = [
     "hypothesis",
     "hypothesis_family",
     "inspect",
+    "provenance",
     "query",
     "read_params",
     "verify",

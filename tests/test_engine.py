@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 
@@ -370,3 +371,21 @@ def test_nan_behavior_names_the_record_position_in_the_data():
     hyp = dl.hypothesis(lambda r: [float(r % 3 == 0), 0.0, 1.0, 0.5], name="h")
     with pytest.raises(dl.BehaviorError, match="record 37 of the data"):
         dl.inspect([model], [hyp], ["corr"], list(range(64)), units=[("", "*")], block_size=16)
+
+
+def test_export_without_params_is_reproducible(char_model, records, hyps, tmp_path):
+    frame = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", [0])], eps=None)
+    meta = dl.read_params(dl.export(frame, tmp_path / "s.parquet"))
+    assert meta["measures"] == ["corr"] and meta["eps"] is None
+    assert meta["versions"]["torch"] == torch.__version__
+    assert meta["records_read"] == len(records)
+    assert len(meta["weights_sha256"][char_model.name]) == 64
+    other = dl.inspect([char_model], hyps, ["corr"], records[::-1], units=[("lstm", [0])], eps=None)
+    assert dl.provenance(other)["data_sha256"] != meta["data_sha256"]
+    moved = dl.Model(copy.deepcopy(char_model.module), encode_chars, name=char_model.name)
+    with torch.no_grad():
+        next(moved.module.parameters()).add_(1.0)
+    changed = dl.inspect([moved], hyps, ["corr"], records, units=[("lstm", [0])], eps=None)
+    assert dl.provenance(changed)["weights_sha256"] != meta["weights_sha256"]
+    assert dl.provenance(frame.head(3)) is None  # a derived frame is a new object
+    assert dl.provenance(changed)["data_sha256"] == meta["data_sha256"]

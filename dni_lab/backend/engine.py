@@ -19,6 +19,7 @@ from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
 from .hypotheses import hypothesis_block
 from .params import InspectParams
+from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
     ModelUnits,
     as_cache,
@@ -134,6 +135,7 @@ class Inspection:
         self.progress = Progress(total_records=_length(data, self.params.max_records))
         self._cancel = False
         self._read_to_end = False
+        self._records_hash = RecordsHash()
 
     def metadata(self) -> dict[str, Any]:
         """The query's parameters, as stored with an exported frame (``dl.export``)."""
@@ -144,6 +146,16 @@ class Inspection:
             "units": repr(self.units),
             **self.params.to_metadata(),
             "device": str(self.device),
+        }
+
+    def provenance(self) -> dict[str, Any]:
+        """The parameters plus versions, each model's weights hash and the data read."""
+        return {
+            **self.metadata(),
+            "versions": versions(),
+            "weights_sha256": {m.name: weights_sha256(m.module) for m in self.models},
+            "data_sha256": self._records_hash.hexdigest(),
+            "records_read": self._records_hash.count,
         }
 
     def cancel(self) -> None:
@@ -207,7 +219,7 @@ class Inspection:
         self.progress.cancelled = self._cancel
         self.progress.done = True
         self.progress.elapsed_s = time.perf_counter() - start
-        return self.frame(final=True)
+        return attach(self.frame(final=True), self.provenance())
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
         it = iter(self.data)
@@ -221,6 +233,7 @@ class Inspection:
                 if first == 0:
                     raise DNIError("the data holds no records; pass a non-empty sequence.")
                 return
+            self._records_hash.update(block)
             yield block, first
             first += len(block)
 

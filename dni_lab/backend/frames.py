@@ -129,10 +129,15 @@ def export(
     Parquet files carry ``params`` (the query's parameters: an
     :class:`InspectParams`, a run's ``metadata()`` or any mapping) as file
     metadata under the key ``dni_lab``; other formats write them to
-    ``<path>.meta.json``.
+    ``<path>.meta.json``. Without ``params``, a frame returned by ``dl.inspect``
+    brings its own provenance: parameters, versions, weights and data hashes.
     """
     path = Path(path)
     suffix = path.suffix.lower()
+    if params is None:
+        from .provenance import provenance
+
+        params = provenance(frame)
     if isinstance(params, InspectParams):
         params = params.to_metadata()
     meta = json.dumps(dict(params or {}), default=str)
