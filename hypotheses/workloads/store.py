@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -70,13 +71,14 @@ def cached_model(
     weights, sidecar = d / f"{stem}.pt", d / f"{stem}.json"
     module = build()
     if weights.exists() and sidecar.exists():
-        meta = json.loads(sidecar.read_text())
-        data = weights.read_bytes()
-        if hashlib.sha256(data).hexdigest() == meta.get("sha256"):
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-            module.load_state_dict(state)
-            return module.eval(), meta
-        warnings.warn(f"model store entry {weights} is corrupt; retraining {name!r}.", stacklevel=2)
+        loaded = _load_entry(weights, sidecar, module)
+        if loaded is not None:
+            return module.eval(), loaded
+        warnings.warn(
+            f"model store entry {weights} is corrupt (checksum, sidecar or payload); "
+            f"retraining {name!r}.",
+            stacklevel=2,
+        )
     meta = {"name": name, "config": config, **train(module)}
     module.eval()
     tmp = tempfile.NamedTemporaryFile(dir=d, suffix=".tmp", delete=False)
@@ -86,6 +88,26 @@ def cached_model(
     os.replace(tmp.name, weights)
     _atomic_write(sidecar, json.dumps(meta, indent=1, default=str))
     return module, meta
+
+
+def _load_entry(weights: Path, sidecar: Path, module: nn.Module) -> dict[str, Any] | None:
+    """The entry's metadata after loading its weights into ``module``; None if corrupt.
+
+    Only plain tensors are ever unpickled (``weights_only=True``): an entry whose
+    payload holds anything else, whose sidecar is not a JSON object, or whose
+    tensors do not fit the architecture counts as corrupt, never as a crash.
+    """
+    try:
+        meta = json.loads(sidecar.read_text())
+        if not isinstance(meta, dict):
+            return None
+        if hashlib.sha256(weights.read_bytes()).hexdigest() != meta.get("sha256"):
+            return None
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+        module.load_state_dict(state)
+    except (OSError, ValueError, RuntimeError, EOFError, KeyError, TypeError, pickle.PickleError):
+        return None
+    return meta
 
 
 def _atomic_write(path: Path, text: str) -> None:
