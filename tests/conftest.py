@@ -108,3 +108,24 @@ def assert_served_from_store(
     assert time.perf_counter() - start < max(1.0, train_seconds / 5)
     assert weights_equal(module, again)
     return meta
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the reliability battery's counts (tests/test_reliability.py), if it ran."""
+    import sys
+
+    battery = sys.modules.get("test_reliability")
+    if battery is None:
+        return
+    parts = []
+    passed = failed = 0
+    for group, outcomes in battery.OUTCOMES.items():
+        ok = sum(1 for _, good in outcomes if good)
+        passed += ok
+        failed += len(outcomes) - ok
+        parts.append(f"{group} {ok}/{len(outcomes)}")
+    if passed + failed:
+        terminalreporter.write_line(
+            f"reliability battery, cases that held: {passed} of {passed + failed} "
+            f"({', '.join(parts)})"
+        )
