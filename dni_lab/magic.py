@@ -56,10 +56,21 @@ def live_display(run: QueryRun) -> LiveView:
 
 
 def _in_kernel() -> bool:
+    """Whether the shell talks to a front end that renders widgets.
+
+    ``isinstance``, not the class name: Colab, VS Code and others subclass the
+    kernel's shell.
+    """
     from IPython import get_ipython
 
     shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+    if shell is None:
+        return False
+    try:
+        from ipykernel.zmqshell import ZMQInteractiveShell
+    except ImportError:  # no kernel package: a terminal IPython
+        return False
+    return isinstance(shell, ZMQInteractiveShell)
 
 
 def _eps(text: str) -> float | None:

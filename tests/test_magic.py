@@ -211,3 +211,16 @@ def test_the_line_is_not_expanded_as_python(session):
     ip.user_ns["epoch"] = 99
     out = ip.run_line_magic("inspect", "SELECT '{epoch}$x' AS s FROM models LIMIT 1")
     assert out["s"].to_list() == ["{epoch}$x"]
+
+
+def test_kernel_detection_accepts_subclassed_shells(monkeypatch):
+    from ipykernel.zmqshell import ZMQInteractiveShell
+
+    class ColabShell(ZMQInteractiveShell):  # front ends subclass the kernel's shell
+        pass
+
+    fake = ColabShell.__new__(ColabShell)
+    monkeypatch.setattr("IPython.get_ipython", lambda: fake)
+    assert magic._in_kernel()
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)
+    assert not magic._in_kernel()
