@@ -1,31 +1,51 @@
 # The two commands of the README: `make demo` (the main job) and `make test`.
-# Both install everything they need first, so they work on a fresh machine.
-PY ?= python3
-STAMP := .venv-installed
+# Both create the project's virtual environment (.venv) and install everything into it
+# first, so they work on a fresh machine, also where the system Python refuses
+# system-wide installs (PEP 668).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# System packages the tests use beside Python: PostgreSQL (the paper's SQL baseline)
+# and Chromium (the browser tests). Without root they are reported, and the tests
+# that need them are skipped with that reason.
+SYSTEM_PACKAGES := postgresql chromium
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test lint bench system-packages
 
-$(STAMP): pyproject.toml
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	@# torch first: the pinned CPU build, so no resolver pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-	@# PostgreSQL (Debian) for the paper's SQL baseline in the benchmark and its test
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
-	@# Chromium (Debian) for the end-to-end widget tests in JupyterLab (tests/e2e)
-	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@$(MAKE) --no-print-directory system-packages
 	touch $(STAMP)
+
+system-packages:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+	  echo "*** missing system packages:$$missing (install them as root: apt-get install$$missing)."; \
+	  echo "*** The tests that need them will be SKIPPED (PostgreSQL baseline, browser tests)."; \
+	fi
 
 install: $(STAMP)
 
 demo: $(STAMP)
-	dni-lab demo
+	$(VENV)/bin/dni-lab demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q --nbval-lax --sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
 lint: $(STAMP)
-	ruff check .
+	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_benchmarks.py
