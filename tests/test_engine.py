@@ -389,3 +389,10 @@ def test_export_without_params_is_reproducible(char_model, records, hyps, tmp_pa
     assert dl.provenance(changed)["weights_sha256"] != meta["weights_sha256"]
     assert dl.provenance(frame.head(3)) is None  # a derived frame is a new object
     assert dl.provenance(changed)["data_sha256"] == meta["data_sha256"]
+
+
+def test_progress_bar_in_scripts(char_model, records, hyps, capsys):
+    pytest.importorskip("tqdm")
+    dl.inspect([char_model], hyps, ["corr"], records, eps=None, block_size=8, progress=True)
+    err = capsys.readouterr().err
+    assert "dni_lab" in err and f"{len(records)}/{len(records)}" in err and "settled" in err

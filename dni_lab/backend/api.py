@@ -11,6 +11,7 @@ import torch
 from .cache import HypothesisCache
 from .engine import Inspection
 from .params import InspectParams
+from .progress_bar import with_bar
 from .run import Run, start_run
 
 
@@ -28,6 +29,7 @@ def inspect(
     cache: HypothesisCache | str | bool | None = None,
     background: bool = False,
     on_block: Callable[[Any], None] | None = None,
+    progress: bool = False,
     max_records: int | None = None,
 ) -> pl.DataFrame | Run:
     """Score how well hidden units match hypotheses.
@@ -72,6 +74,9 @@ def inspect(
         Called after every block with the run (background) or the inspection.
     max_records : int, optional
         Read at most this many records.
+    progress : bool
+        Draw a tqdm progress bar (records read, pairs settled) on stderr: for
+        scripts and terminals; in a notebook display the background run instead.
 
     Returns
     -------
@@ -95,4 +100,10 @@ def inspect(
     insp = Inspection(models, hypotheses, measures, data, units=units, params=params)
     if background:
         return start_run(insp, [on_block] if on_block else [])
-    return insp.run(on_block=on_block)
+    if not progress:
+        return insp.run(on_block=on_block)
+    bar, callback = with_bar(insp.progress.total_records, on_block)
+    try:
+        return insp.run(on_block=callback)
+    finally:
+        bar.close()
