@@ -9,8 +9,8 @@ from specialized import one_thread, records, specialized
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.examples_index import pack_ids, unpack_ids
-from dni_lab.backend.examples_nta import segments
+from dni_lab.backend.examples.index import pack_ids, unpack_ids
+from dni_lab.backend.examples.nta import segments
 
 NeuronIndex = dl.examples.NeuronIndex
 

@@ -11,7 +11,7 @@ from specialized import hypothesis, one_thread, records, specialized
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.verify_force import force_units
+from dni_lab.backend.verify.force import force_units
 from hypotheses.workloads import parens
 
 

@@ -12,8 +12,8 @@ import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import DNIError
-from .verify_common import symbols_of
+from ..errors import DNIError
+from .common import symbols_of
 
 CHAR_CLASSES: dict[str, str] = {
     "digit": string.digits,

@@ -13,24 +13,25 @@ under test with random unit sets of the same size, or the scores with a null:
 * :func:`permutation_test`, :func:`bh_qvalues`, :func:`with_qvalues`,
   :func:`untrained_baseline`, :func:`selectivity` — significance and controls.
 
-The checks live in ``verify_*.py`` modules; this module is their public face.
+The checks live in this package's modules (perturb, ablate, force, generate,
+controls, stats, rules, common); this module is their public face.
 """
 
 from __future__ import annotations
 
-from .verify_ablate import ablation, next_symbol_accuracy, oracle
-from .verify_common import Verification, random_unit_sets
-from .verify_controls import (
+from .ablate import ablation, next_symbol_accuracy, oracle
+from .common import Verification, random_unit_sets
+from .controls import (
     ControlTask,
     control_task,
     selectivity,
     untrained_baseline,
     untrained_copy,
 )
-from .verify_force import force_units
-from .verify_generate import generative
-from .verify_perturb import perturbation, silhouette_score
-from .verify_rules import (
+from .force import force_units
+from .generate import generative
+from .perturb import perturbation, silhouette_score
+from .rules import (
     CHAR_CLASSES,
     WORD_CLASSES,
     SwapRules,
@@ -39,7 +40,7 @@ from .verify_rules import (
     grammar_terminals,
     word_classes,
 )
-from .verify_stats import bh_qvalues, permutation_test, with_qvalues
+from .stats import bh_qvalues, permutation_test, with_qvalues
 
 __all__ = [
     "CHAR_CLASSES",

@@ -23,10 +23,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from .errors import DNIError, HypothesisError
-from .extract import on_device, resolve_device
-from .models import Model
-from .verify_common import (
+from ..errors import DNIError, HypothesisError
+from ..extract import on_device, resolve_device
+from ..models import Model
+from .common import (
     Verification,
     address_and_width,
     check_units,
@@ -38,7 +38,7 @@ from .verify_common import (
     symbol_activations,
     symbols_of,
 )
-from .verify_rules import Rules, candidates
+from .rules import Rules, candidates
 
 
 def silhouette_score(X: np.ndarray, labels: np.ndarray) -> float:

@@ -18,12 +18,12 @@ import numpy as np
 import polars as pl
 import torch
 
-from . import api
-from .errors import DNIError
-from .extract import on_device, resolve_device
-from .hypotheses import hypothesis_block
-from .models import Model
-from .verify_common import (
+from .. import api
+from ..errors import DNIError
+from ..extract import on_device, resolve_device
+from ..hypotheses import hypothesis_block
+from ..models import Model
+from .common import (
     Verification,
     address_and_width,
     batches,
@@ -34,7 +34,7 @@ from .verify_common import (
     single_signal,
     symbols_of,
 )
-from .verify_force import force_units
+from .force import force_units
 
 #: ``evaluate(records, output, device) -> (sum of per-item scores, number of items)`` per batch.
 Evaluate = Callable[[list[Any], torch.Tensor, torch.device], tuple[float, int]]

@@ -11,7 +11,7 @@ record drive the unit high anywhere?"), or ``mean`` or ``last`` (the final
 state of a recurrent model, a summary of the whole record).
 
 Each query answers by a full scan (run the model on every record) or, given a
-:class:`~.examples_index.NeuronIndex` of the layer, by DeepEverest's Neural
+:class:`~.index.NeuronIndex` of the layer, by DeepEverest's Neural
 Threshold Algorithm, which runs the model only on candidate batches and stops
 once no unseen record can enter the answer: the same answer as the scan,
 usually after reading a fraction of the data.
@@ -28,49 +28,14 @@ import numpy as np
 import polars as pl
 import torch
 
-from .examples_acts import Activations, aggregate_symbols, choice
-from .examples_index import NeuronIndex
-from .models import Model
-from .verify_common import check_units
-
-__all__ = [
-    "Activations",
-    "ExampleResult",
-    "NeuronIndex",
-    "aggregate_symbols",
-    "distances",
-    "group_score",
-    "knn",
-    "topk",
-]
+from ..models import Model
+from ..verify.common import check_units
+from .acts import Activations, choice
+from .nta import nta_knn, nta_topk
+from .scoring import best, distances, group_score
 
 GROUP_AGGS = ("sum", "mean", "max")
 METRICS = ("l2", "cosine")
-
-
-def group_score(acts: np.ndarray, agg: str) -> np.ndarray:
-    """Score of each row of ``(N, g)`` group activations: sum, mean or max over the group."""
-    return {"sum": np.sum, "mean": np.mean, "max": np.max}[agg](
-        np.asarray(acts, np.float64), axis=-1
-    )
-
-
-def distances(acts: np.ndarray, target: np.ndarray, metric: str) -> np.ndarray:
-    """L2 or cosine distance of every row of ``acts`` to ``target`` (zero vectors: cosine 1)."""
-    a, t = np.asarray(acts, np.float64), np.asarray(target, np.float64)
-    if metric == "l2":
-        return np.sqrt(((a - t) ** 2).sum(-1))
-    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(t)
-    return 1.0 - np.divide(a @ t, den, out=np.zeros(len(a)), where=den > 0)
-
-
-def best(
-    ids: np.ndarray, values: np.ndarray, k: int, largest: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best (id, value) pairs; ties go to the lower id, as in every query here."""
-    ids, values = np.asarray(ids), np.asarray(values, np.float64)
-    order = np.lexsort((ids, -values if largest else values))[:k]
-    return ids[order], values[order]
 
 
 @dataclass
@@ -174,8 +139,6 @@ def topk(
         )
         stats: dict[str, Any] = {}
     else:
-        from .examples_nta import nta_topk
-
         ids, vals, stats = nta_topk(
             index, ev, check_units(units, index.width_, index.address_), k, agg, mai_chunk
         )
@@ -232,8 +195,6 @@ def knn(
         tvec, ev.evaluated_ = ev1([0])[0], ev.evaluated_ + 1
     stats: dict[str, Any] = {}
     if index is not None and metric == "l2":
-        from .examples_nta import nta_knn
-
         sel = check_units(units, index.width_, index.address_)
         if own is not None:
             tvec = ev([own])[0]

@@ -22,11 +22,11 @@ import polars as pl
 import torch
 from torch import nn
 
-from . import api
-from .hypotheses import HypothesisFamily
-from .measures import get_measure
-from .models import Model
-from .verify_common import Verification, signal_of, single_signal, symbols_of
+from .. import api
+from ..hypotheses import HypothesisFamily
+from ..measures import get_measure
+from ..models import Model
+from .common import Verification, signal_of, single_signal, symbols_of
 
 
 def untrained_copy(model: Model, seed: int = 0, name: str | None = None) -> Model:

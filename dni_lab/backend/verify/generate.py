@@ -15,10 +15,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from .errors import DNIError, HypothesisError
-from .extract import on_device, resolve_device
-from .models import Model
-from .verify_common import (
+from ..errors import DNIError, HypothesisError
+from ..extract import on_device, resolve_device
+from ..models import Model
+from .common import (
     Verification,
     address_and_width,
     check_units,
@@ -28,7 +28,7 @@ from .verify_common import (
     signal_of,
     single_signal,
 )
-from .verify_force import force_units
+from .force import force_units
 
 
 def _sample(

@@ -25,13 +25,13 @@ import numpy as np
 import polars as pl
 import torch
 
-from .extract import Extractor, on_device, resolve_device, symbol_mask
-from .frames import score_rows
-from .hypotheses import hypothesis_block
-from .measures.corr import Corr
-from .models import Model
-from .resolve import as_families, normalize_units, resolve_units
-from .verify_common import batches
+from ..extract import Extractor, on_device, resolve_device, symbol_mask
+from ..frames import score_rows
+from ..hypotheses import hypothesis_block
+from ..measures.corr import Corr
+from ..models import Model
+from ..resolve import as_families, normalize_units, resolve_units
+from .common import batches
 
 #: Bytes of one chunk of permuted hypothesis columns.
 _CHUNK_BYTES = 64 * 2**20

@@ -14,11 +14,11 @@ import numpy as np
 import polars as pl
 import torch
 
-from .errors import DNIError, HypothesisError
-from .extract import Extractor, symbol_mask, to_device
-from .hypotheses import HypothesisFamily, as_family, evaluate_family
-from .models import Model, _first_tensor
-from .resolve import ModelUnits, resolve_units
+from ..errors import DNIError, HypothesisError
+from ..extract import Extractor, symbol_mask, to_device
+from ..hypotheses import HypothesisFamily, as_family, evaluate_family
+from ..models import Model, _first_tensor
+from ..resolve import ModelUnits, resolve_units
 
 
 class Verification(NamedTuple):

@@ -10,7 +10,7 @@ Built once from one pass over the dataset, the index keeps, per unit (neuron):
   ``ceil(log2 n_partitions)`` bits (``partitions_``: bit-packed, ``(units, bytes)``).
 
 The index does not keep every activation: a query gets exact values by running
-the model on candidate records (see :mod:`.examples_nta`). It is saved as one
+the model on candidate records (see :mod:`.nta`). It is saved as one
 ``.npz`` of plain arrays (read with ``allow_pickle=False``; never pickle),
 written to a temporary file and renamed, so a crash never leaves half an index.
 """
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .cache import block_key
-from .errors import DNIError
-from .examples_acts import Activations
-from .models import Model
+from ..cache import block_key
+from ..errors import DNIError
+from ..models import Model
+from .acts import Activations
 
 FORMAT = 1
 

@@ -27,8 +27,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .examples import best, distances, group_score
-from .examples_index import NeuronIndex
+from .index import NeuronIndex
+from .scoring import best, distances, group_score
 
 #: Relative margin between the k-th answer and the bound before the search may stop.
 _MARGIN = 1e-5

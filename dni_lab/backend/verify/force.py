@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import LayerError
-from .models import Model
+from ..errors import LayerError
+from ..models import Model
 
 _CELLS = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell}
 
