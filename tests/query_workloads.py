@@ -187,3 +187,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def toy_catalog(epochs: tuple[int, ...] = (1, 2)) -> dl.Catalog:
+    """A catalog of tiny char LSTMs (one per epoch), 20 random records and a paren hypothesis."""
+    from conftest import CharLM, encode_chars, random_records
+
+    cat = dl.Catalog()
+    for epoch in epochs:
+        torch.manual_seed(epoch)
+        cat.add_model(dl.Model(CharLM(hidden=4), encode_chars, name="toy"), epoch=epoch)
+    cat.add_inputs(random_records(20), "chars")
+
+    @dl.hypothesis
+    def paren(r):
+        return [c in "()" for c in r]
+
+    cat.add_hypothesis(paren)
+    return cat

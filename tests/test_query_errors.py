@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from conftest import CharLM, encode_chars, random_records
-from query_workloads import one_thread  # noqa: F401  (an autouse fixture)
+from query_workloads import one_thread, toy_catalog  # noqa: F401  (one_thread: autouse)
 
 import dni_lab as dl
 
@@ -20,18 +19,7 @@ GOOD = {
 
 @pytest.fixture(scope="module")
 def cat():
-    cat = dl.Catalog()
-    for epoch in (1, 2):
-        torch.manual_seed(epoch)
-        cat.add_model(dl.Model(CharLM(hidden=4), encode_chars, name="toy"), epoch=epoch)
-    cat.add_inputs(random_records(20), "chars")
-
-    @dl.hypothesis
-    def paren(r):
-        return [c in "()" for c in r]
-
-    cat.add_hypothesis(paren)
-    return cat
+    return toy_catalog()
 
 
 def fails(cat, **parts) -> dl.QueryError:

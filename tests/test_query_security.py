@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from conftest import CharLM, encode_chars, random_records
-from query_workloads import one_thread  # noqa: F401  (an autouse fixture)
+from query_workloads import one_thread, toy_catalog  # noqa: F401  (one_thread: autouse)
 
 import dni_lab as dl
 from dni_lab.backend.query.sql import SQLEngineError, refuse_file_access
@@ -15,17 +13,7 @@ SECRET = "a,b\n1,top-secret\n"
 
 @pytest.fixture(scope="module")
 def cat():
-    cat = dl.Catalog()
-    torch.manual_seed(0)
-    cat.add_model(dl.Model(CharLM(hidden=4), encode_chars, name="toy"), epoch=1)
-    cat.add_inputs(random_records(20), "chars")
-
-    @dl.hypothesis
-    def paren(r):
-        return [c in "()" for c in r]
-
-    cat.add_hypothesis(paren)
-    return cat
+    return toy_catalog((1,))
 
 
 @pytest.fixture
