@@ -279,6 +279,8 @@ class _TreeReader:
 
 _PARSERS: OrderedDict[Hashable, GrammarParser] = OrderedDict()
 _PARSERS_LOCK = threading.Lock()
+# Shared parsers only memoise parses: hypothesis fingerprints need not see them.
+__fingerprint_ignore__ = ("_PARSERS",)
 
 
 def get_parser(

@@ -9,7 +9,6 @@ hypothesis is a family of one signal.
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import HypothesisError
-from .fingerprint import callable_fingerprint, source_of, stable_repr
+from .fingerprint import family_fingerprint
 
 KINDS = ("binary", "continuous", "categorical")
 
@@ -97,14 +96,14 @@ class HypothesisFamily:
             for hid, sig in zip(self.hids(), self.signals(), strict=True)
         ]
 
-    def fingerprint(self) -> str:
-        """Stable hash of what determines the output: class, source and parameters."""
-        h = hashlib.sha256()
-        cls = type(self)
-        h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
-        h.update(source_of(cls).encode())
-        h.update(stable_repr(self.get_params()).encode())
-        return h.hexdigest()[:24]
+    def fingerprint(self) -> str | None:
+        """Hash of what determines the output, or None (run uncached) when it cannot be known.
+
+        Covers the class's code and what it reads (module globals, helpers, the
+        modules it imports) and :meth:`get_params` by value; see
+        :mod:`~dni_lab.backend.fingerprint`.
+        """
+        return family_fingerprint(self)
 
     def __call__(self, record: Any) -> Mapping[str, Sequence[float]] | np.ndarray:
         return self.evaluate(record)
@@ -143,10 +142,8 @@ class Hypothesis(HypothesisFamily):
     def get_params(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "categories": self.categories}
 
-    def fingerprint(self) -> str:
-        h = hashlib.sha256(super().fingerprint().encode())
-        h.update(callable_fingerprint(self.fn).encode())
-        return h.hexdigest()[:24]
+    def fingerprint(self) -> str | None:
+        return family_fingerprint(self, self.fn)
 
     def __call__(self, record: Any) -> Sequence[float]:
         return self.fn(record)
@@ -188,10 +185,8 @@ class FunctionFamily(HypothesisFamily):
             "categories": self.categories,
         }
 
-    def fingerprint(self) -> str:
-        h = hashlib.sha256(super().fingerprint().encode())
-        h.update(callable_fingerprint(self.fn).encode())
-        return h.hexdigest()[:24]
+    def fingerprint(self) -> str | None:
+        return family_fingerprint(self, self.fn)
 
 
 def hypothesis(
@@ -368,15 +363,16 @@ def hypothesis_block(
         if j in skip:
             cols.append(np.zeros((offsets[-1], n_sig), np.float32))
             continue
-        fp = "" if cache is None else fingerprints[j] if fingerprints else fam.fingerprint()
-        flat = cache.get(fp, key) if cache is not None else None
+        # None: no cache, or a family that cannot be fingerprinted (it runs uncached)
+        fp = None if cache is None else fingerprints[j] if fingerprints else fam.fingerprint()
+        flat = cache.get(fp, key) if fp is not None else None
         if flat is None or flat.shape != (offsets[-1], n_sig):
             parts = [
                 evaluate_family(fam, rec, n, first_index + i)
                 for i, (rec, n) in enumerate(zip(records, n_symbols, strict=True))
             ]
             flat = np.concatenate(parts) if parts else np.zeros((0, n_sig), np.float32)
-            if cache is not None:
+            if fp is not None:
                 cache.put(fp, key, flat)
         cols.append(flat)
     flat = np.concatenate(cols, axis=1) if cols else np.zeros((offsets[-1], 0), np.float32)

@@ -1,0 +1,110 @@
+"""The fixed cost of a ``dl.inspect`` call: fingerprints and the warm-cache path.
+
+Usage::
+
+    python benchmarks/bench_fixed_cost.py          # 40 hypotheses, 7 repeats
+
+With 40 hypotheses whose values are already in the in-memory hypothesis cache
+(36 keyword functions with closures, a function reading a module global, a
+``functools.partial``, the SQL parse-tree family and the source-code family),
+it prints the median time of
+
+* fingerprinting all 40 (what every call does before reading a block);
+* a warm ``dl.inspect`` over 32 records (a stand-in char-LSTM of 128 units):
+  fingerprints, cache look-ups, extraction and the measure, i.e. the fixed
+  cost a call pays however small the data.
+
+Target (issue 11): a fixed cost of at most 50 ms per call. It asserts nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses importable
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("DNI_LAB_BENCH_MODEL", "standin")  # shapes matter here, not training
+
+import dni_lab as dl  # noqa: E402
+from benchmarks.workload import make_model, make_records  # noqa: E402
+from dni_lab.backend.resolve import as_families  # noqa: E402
+
+KEYWORDS = (
+    "SELECT FROM WHERE AND OR NOT IN BETWEEN LIKE ORDER BY ASC DESC GROUP HAVING LIMIT "
+    "DISTINCT COUNT SUM AVG MIN MAX JOIN ON AS IS NULL UNION ALL ANY EXISTS CASE WHEN THEN "
+    "ELSE END"
+).split()[:36]
+THRESHOLD = 3  # read by `long_word`: a module global its fingerprint covers
+
+
+def keyword(word: str):
+    def inside(record: str) -> list[float]:
+        out = [0.0] * len(record)
+        start = record.find(word)
+        while start >= 0:
+            out[start : start + len(word)] = [1.0] * len(word)
+            start = record.find(word, start + 1)
+        return out
+
+    inside.__name__ = f"kw_{word.lower()}"
+    return inside
+
+
+def long_word(record: str) -> list[float]:
+    return [float(len(w) > THRESHOLD) for w in record.split(" ") for _ in range(len(w) + 1)][
+        : len(record)
+    ]
+
+
+def char_is(record: str, char: str = "(") -> list[float]:
+    return [float(c == char) for c in record]
+
+
+def hypotheses() -> list:
+    from hypotheses.code import CodeFamily
+    from hypotheses.grammars import sql
+
+    hyps: list = [keyword(w) for w in KEYWORDS]
+    hyps += [long_word, functools.partial(char_is, char=","), sql.family(n_rules=95)]
+    hyps.append(CodeFamily(select=["string", "bracket_depth"]))
+    return hyps
+
+
+def median_s(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(repeats: int = 7) -> None:
+    hyps = hypotheses()
+    module, encode, layer, _, _ = make_model(128, quick=True)
+    model = dl.Model(module, encode=encode, name="standin")
+    records = make_records(32, seed=1, n_rules=95)[0]
+    cache = dl.HypothesisCache(directory=False)
+
+    def run() -> None:
+        dl.inspect([model], hyps, ["corr"], records, units=[(layer, "*")], eps=None, cache=cache)
+
+    run()  # fills the cache
+    misses = cache.misses
+    fp = median_s(lambda: [f.fingerprint() for f in as_families(hyps)[0]], repeats)
+    warm = median_s(run, repeats)
+    assert cache.misses == misses, "the warm runs missed the cache"
+    n_sig = sum(len(f.signals()) for f in as_families(hyps)[0])
+    print(f"{len(hyps)} hypotheses ({n_sig} signals), {len(records)} records, 128 units")
+    print(f"fingerprints of all hypotheses: {fp * 1e3:8.1f} ms per call")
+    print(f"warm dl.inspect (fixed cost):   {warm * 1e3:8.1f} ms per call  (target <= 50 ms)")
+
+
+if __name__ == "__main__":
+    main()
