@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..behaviors import address_and_width, check_units, symbol_activations
 from ..errors import DNIError
 from ..extract import on_device, resolve_device
-from ..verify.common import address_and_width, check_units, symbol_activations
 
 SYMBOL_AGGS = ("max", "mean", "last")
 

@@ -28,8 +28,8 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..behaviors import check_units
 from ..models import Model
-from ..verify.common import check_units
 from .acts import Activations, choice
 from .nta import nta_knn, nta_topk
 from .scoring import best, distances, group_score

@@ -7,18 +7,24 @@ sets pass as well says nothing about the hypothesis.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
 import torch
 
-from ..errors import DNIError, HypothesisError
-from ..extract import Extractor, symbol_mask, to_device
+from ..behaviors import (  # noqa: F401  re-exported: verify's modules import them from here
+    address_and_width,
+    batches,
+    check_units,
+    layer_plan,
+    symbol_activations,
+)
+from ..errors import HypothesisError
+from ..extract import to_device
 from ..hypotheses import HypothesisFamily, as_family, evaluate_family
 from ..models import Model, _first_tensor
-from ..resolve import ModelUnits, resolve_units
 
 
 class Verification(NamedTuple):
@@ -37,30 +43,6 @@ class Verification(NamedTuple):
     summary: dict[str, Any]
 
 
-def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelUnits:
-    """Resolve ``layer`` to its address and width, as the engine resolves units."""
-    return resolve_units(model, [[(layer, "*")]], list(sample[:2]), device)
-
-
-def address_and_width(
-    model: Model, layer: str | int, sample: Sequence[Any], device
-) -> tuple[str, int]:
-    mp = layer_plan(model, layer, sample, device)
-    (addr,) = mp.layer_units
-    return addr, len(mp.layer_units[addr])
-
-
-def check_units(units: Sequence[int], width: int, addr: str) -> np.ndarray:
-    idx = np.asarray(list(units), dtype=np.int64)
-    if idx.size == 0:
-        raise DNIError(f"no units given for layer {addr!r}; pass a non-empty list of indices.")
-    if idx.min() < 0 or idx.max() >= width or len(set(idx.tolist())) != len(idx):
-        raise DNIError(
-            f"units {idx.tolist()} are not distinct indices of layer {addr!r} (0..{width - 1})."
-        )
-    return idx
-
-
 def random_unit_sets(
     width: int, size: int, n: int, exclude: Sequence[int], rng: np.random.Generator
 ) -> list[np.ndarray]:
@@ -73,29 +55,6 @@ def random_unit_sets(
     if len(pool) < size:
         pool = np.arange(width)
     return [np.sort(rng.choice(pool, size, replace=False)) for _ in range(n)]
-
-
-def batches(items: Sequence[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
-    for start in range(0, len(items), size):
-        yield start, list(items[start : start + size])
-
-
-def symbol_activations(
-    model: Model,
-    records: Sequence[Any],
-    addr: str,
-    units: np.ndarray | None,
-    device: torch.device,
-    batch_size: int = 256,
-) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """``(first, acts (R, T, U), mask (R, T))`` per batch, extracted by the engine's Extractor.
-
-    The caller holds :func:`~.extract.on_device` for the model.
-    """
-    ex = Extractor(model, {addr: units}, "activation", device)
-    for first, recs in batches(records, batch_size):
-        mask = symbol_mask(model, recs, device)
-        yield first, ex(recs, mask)[addr], mask
 
 
 def forward_output(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:
