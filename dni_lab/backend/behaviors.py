@@ -3,19 +3,22 @@
 ``layer_plan``/``address_and_width`` resolve a layer as the engine does,
 ``check_units`` validates a unit selection, and ``symbol_activations`` yields
 per-batch activations through the engine's Extractor, so every consumer reads
-a unit's behavior the same way.
+a unit's behavior the same way. ``BehaviorSource`` serves the widgets' overlays
+(one selected unit and its hypothesis' signal) on the same Extractor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import copy
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from .errors import DNIError
-from .extract import Extractor, symbol_mask
+from .extract import Extractor, on_device, resolve_device, symbol_mask
+from .hypotheses import HypothesisFamily, as_family, hypothesis_block
 from .models import Model
 from .resolve import ModelUnits, resolve_units
 
@@ -65,3 +68,155 @@ def symbol_activations(
     for first, recs in batches(records, batch_size):
         mask = symbol_mask(model, recs, device)
         yield first, ex(recs, mask)[addr], mask
+
+
+def as_model_map(models: Any) -> dict[str, Model]:
+    """``{mid: Model}`` from one model, a list of models, or a mapping."""
+    if models is None:
+        return {}
+    if isinstance(models, Model):
+        return {models.name: models}
+    if isinstance(models, Mapping):
+        return {str(k): v for k, v in models.items()}
+    return {m.name: m for m in models}
+
+
+def as_signal_map(hypotheses: Any) -> dict[str, tuple[HypothesisFamily, int]]:
+    """``{hid: (family, column)}`` for every signal of the given hypotheses."""
+    if hypotheses is None:
+        return {}
+    if isinstance(hypotheses, HypothesisFamily) or callable(hypotheses):
+        hypotheses = [hypotheses]
+    out: dict[str, tuple[HypothesisFamily, int]] = {}
+    for h in hypotheses:
+        fam = as_family(h)
+        for j, hid in enumerate(fam.hids()):
+            out[hid] = (fam, j)
+    return out
+
+
+class BehaviorSource:
+    """Unit activations and hypothesis signals over records, cached per unit.
+
+    Parameters
+    ----------
+    models : Model, list or mapping
+        The models named by selections' ``mid``.
+    records : sequence
+        The records the overlay shows.
+    hypotheses : list, optional
+        Hypotheses and families; a selection's ``hid`` picks the signal.
+    device : str
+        Where to run the models ("cpu" keeps a GPU free for the run itself).
+    batch_size : int
+        Records per forward pass when scanning all records (top-activating order).
+    """
+
+    def __init__(
+        self,
+        models: Any,
+        records: Sequence[Any],
+        hypotheses: Any = None,
+        device: str = "cpu",
+        batch_size: int = 256,
+    ) -> None:
+        self.models = as_model_map(models)
+        self.records = records if isinstance(records, Sequence) else list(records)
+        self.signals = as_signal_map(hypotheses)
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        self._extractors: dict[tuple[str, str, int], Extractor] = {}
+        self._peaks: dict[tuple[str, str, int], np.ndarray] = {}
+        self._copies: dict[str, tuple[tuple[int, ...], Model]] = {}
+
+    def model(self, mid: str) -> Model:
+        """A private copy of model ``mid``, renewed when the original's weights change.
+
+        A background run drives the original module from its worker thread; forward
+        hooks (and moves between devices) on one shared module from two threads would
+        mix their captures, so the overlay never touches the original.
+        """
+        if mid not in self.models:
+            raise DNIError(
+                f"no model {mid!r} for the overlay; pass it in models= "
+                f"(have {sorted(self.models)})."
+            )
+        orig = self.models[mid]
+        version = _weights_version(orig)
+        have = self._copies.get(mid)
+        if have is None or have[0] != version:
+            module = _without_capture_hooks(copy.deepcopy(orig.module))
+            clone = Model(module, orig.encode, orig.name, orig.symbols, orig.resize, orig.meta)
+            self._copies[mid] = (version, clone)
+            self._extractors = {k: v for k, v in self._extractors.items() if k[0] != mid}
+            self._peaks = {k: v for k, v in self._peaks.items() if k[0] != mid}
+        return self._copies[mid][1]
+
+    def activations(self, sel: Mapping[str, Any], indices: Sequence[int]) -> list[np.ndarray]:
+        """The unit's behavior on records ``indices``: one float32 array per record."""
+        mid, layer, unit = sel["mid"], sel["layer"], int(sel["unit"])
+        model = self.model(mid)
+        key = (mid, layer, unit)
+        if key not in self._extractors:
+            self._extractors[key] = Extractor(model, {layer: [unit]}, "activation", self.device)
+        ext = self._extractors[key]
+        recs = [self.records[i] for i in indices]
+        out: list[np.ndarray] = []
+        with on_device(model, self.device):
+            for s in range(0, len(recs), self.batch_size):
+                part = recs[s : s + self.batch_size]
+                mask = symbol_mask(model, part, self.device)
+                acts = ext(part, mask)[layer][..., 0].cpu().numpy()
+                n = mask.sum(1).cpu().numpy()
+                out += [acts[i, : n[i]].astype(np.float32) for i in range(len(part))]
+        return out
+
+    def signal(self, hid: str | None, indices: Sequence[int], model: Model) -> list[np.ndarray]:
+        """The hypothesis signal ``hid`` on records ``indices`` (empty list if unknown)."""
+        if hid is None or hid not in self.signals:
+            return []
+        fam, col = self.signals[hid]
+        recs = [self.records[i] for i in indices]
+        n = [model.symbols(r) for r in recs]
+        first = int(indices[0]) if len(indices) else 0
+        H = hypothesis_block([fam], recs, n, first, None)
+        return [H[i, : n[i], col].astype(np.float32) for i in range(len(recs))]
+
+    def peaks(self, sel: Mapping[str, Any]) -> np.ndarray:
+        """``(n_records, 2)``: each record's minimum and maximum behavior (cached per unit)."""
+        key = (sel["mid"], sel["layer"], int(sel["unit"]))
+        if key not in self._peaks:
+            acts = self.activations(sel, range(len(self.records)))
+            self._peaks[key] = np.asarray(
+                [(a.min(), a.max()) if a.size else (np.nan, np.nan) for a in acts], np.float64
+            )
+        return self._peaks[key]
+
+    def order(self, sel: Mapping[str, Any] | None, how: str) -> np.ndarray:
+        """Record indices: ``"index"`` (as given), ``"top"`` (highest peak first) or
+        ``"bottom"`` (lowest trough first)."""
+        n = len(self.records)
+        if how == "index" or not sel:
+            return np.arange(n)
+        pk = self.peaks(sel)
+        if how == "top":
+            return np.argsort(-np.nan_to_num(pk[:, 1], nan=-np.inf), kind="stable")
+        if how == "bottom":
+            return np.argsort(np.nan_to_num(pk[:, 0], nan=np.inf), kind="stable")
+        raise ValueError(f"unknown order {how!r}; use 'index', 'top' or 'bottom'.")
+
+
+def _without_capture_hooks(module: Any) -> Any:
+    """Drop the engine's capture hooks that a copy taken mid-forward carries along (they
+    would write the copy's activations into the run's store); the user's hooks stay."""
+    for m in module.modules():
+        for hooks in (m._forward_hooks, m._forward_pre_hooks):
+            for k in [k for k, fn in hooks.items() if fn.__module__ == "dni_lab.backend.models"]:
+                del hooks[k]
+    return module
+
+
+def _weights_version(model: Model) -> tuple[int, ...]:
+    """Changes when a parameter or buffer is written in place (an optimizer step) or replaced."""
+    tensors = list(model.module.parameters()) + list(model.module.buffers())
+    return tuple(id(t) for t in tensors) + tuple(t._version for t in tensors)

@@ -9,12 +9,11 @@ import polars as pl
 import traitlets
 
 from ..backend.api import inspect
-from ..backend.hypotheses import as_family
 from ..backend.measures import REGISTRY
 from ..backend.query.subset import select_signals
 from ..backend.run import Run
 from ._base import Panel, esm
-from ._behavior import as_model_map
+from ._behavior import as_family, as_model_map
 from .table import ScoreTable
 
 # Every built-in measure, as the registry names them (a new measure appears in the form).
