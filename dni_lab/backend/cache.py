@@ -1,14 +1,23 @@
 """Hypothesis-behavior cache: an in-memory LRU bounded in bytes plus an on-disk store.
 
 An entry holds one hypothesis family's signals over one block of records,
-keyed by the family's fingerprint (qualified name, source, parameters) and a
-content hash of the block. Re-running the same hypotheses over the same data
-with another model (another checkpoint, an untrained copy) reads the entries
-instead of calling the hypothesis functions again.
+keyed by the family's fingerprint (its code and everything that code reads,
+see :mod:`~dni_lab.backend.fingerprint`) and a content hash of the block.
+Re-running the same hypotheses over the same data with another model (another
+checkpoint, an untrained copy) reads the entries instead of calling the
+hypothesis functions again.
 
 On disk an entry is a ``.npy`` file (never pickled) and a JSON sidecar with its
 SHA-256; files are written to a temporary name and renamed, so a crash never
-leaves half an entry. A corrupt entry is dropped with a warning and recomputed.
+leaves half an entry. A corrupt entry (any form: bad sidecar, checksum, shape,
+dtype, a directory where a file belongs) is dropped with a warning and
+recomputed. A directory that cannot be written or read (read-only, another
+user's files, a path under a file) turns the cache into a memory-only one with
+one warning; it never fails a run. ``clear(disk=True)`` leaves other processes'
+files in flight alone.
+
+The memory LRU is bounded (64 MiB by default) so that a long run's memory stays
+flat: the disk store, not memory, is what makes a second run fast.
 """
 
 from __future__ import annotations
@@ -17,8 +26,11 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import stat
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -56,6 +68,20 @@ def block_key(records: Sequence[Any]) -> str:
     return h.hexdigest()[:32]
 
 
+MEMORY_BYTES = 64 << 20
+STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
+_MAX_SIDECAR = 1 << 16
+_WARNED_DIRS: set[str] = set()
+
+
+class CacheWarning(UserWarning):
+    """The hypothesis cache dropped a corrupt entry or fell back to memory."""
+
+
+class _Corrupt(Exception):
+    pass
+
+
 class HypothesisCache:
     """Memory LRU plus optional disk store for hypothesis behaviors.
 
@@ -65,16 +91,18 @@ class HypothesisCache:
         Disk store location; ``None`` uses :func:`default_cache_dir`, ``False``
         keeps the cache in memory only.
     max_bytes : int
-        Bound on the in-memory LRU.
+        Bound on the in-memory LRU (64 MiB by default).
 
     Attributes
     ----------
     hits, misses : int
         Counters, for tests and progress reports.
+    directory : Path or None
+        The disk store; None when memory-only, including after a fallback.
     """
 
     def __init__(
-        self, directory: str | os.PathLike | bool | None = None, max_bytes: int = 512 << 20
+        self, directory: str | os.PathLike | bool | None = None, max_bytes: int = MEMORY_BYTES
     ):
         self.directory = None if directory is False else Path(directory or default_cache_dir())
         self.max_bytes = max_bytes
@@ -85,7 +113,7 @@ class HypothesisCache:
         self.misses = 0
 
     def get(self, family_fp: str, key: str) -> np.ndarray | None:
-        """The cached values ``(n_symbols_in_block, n_signals)`` or None."""
+        """The cached values ``(n_symbols_in_block, n_signals)`` (read-only) or None."""
         k = (family_fp, key)
         with self._lock:
             if k in self._mem:
@@ -98,24 +126,35 @@ class HypothesisCache:
                 self.misses += 1
                 return None
             self.hits += 1
-        self._remember(k, arr)
-        return arr
+        return self._remember(k, arr)
 
     def put(self, family_fp: str, key: str, values: np.ndarray) -> None:
         """Store ``values`` in memory and, if enabled, on disk."""
-        values = np.ascontiguousarray(values, dtype=np.float32)
-        self._remember((family_fp, key), values)
+        values = self._remember((family_fp, key), np.ascontiguousarray(values, np.float32))
         if self.directory is not None:
-            self._store(family_fp, key, values)
+            try:
+                self._store(family_fp, key, values)
+            except OSError as exc:
+                self._fall_back(exc, "written")
 
     def clear(self, disk: bool = False) -> None:
-        """Empty the memory LRU (and the disk store with ``disk=True``)."""
+        """Empty the memory LRU (and the disk store's entries with ``disk=True``).
+
+        Temporary files of writers still at work (other processes) are left
+        alone; only those older than an hour, whose writer died, go.
+        """
         with self._lock:
             self._mem.clear()
             self._bytes = 0
-        if disk and self.directory is not None and self.directory.exists():
+        if not disk or self.directory is None:
+            return
+        old = time.time() - STALE_TMP_S
+        try:
             for p in self.directory.glob("*/*"):
-                p.unlink(missing_ok=True)
+                if p.suffix in (".npy", ".json") or _mtime(p) < old:
+                    _remove(p)
+        except OSError as exc:
+            self._fall_back(exc, "cleared")
 
     @property
     def nbytes(self) -> int:
@@ -123,9 +162,11 @@ class HypothesisCache:
         return self._bytes
 
     # -- internals --------------------------------------------------------------
-    def _remember(self, k: tuple[str, str], arr: np.ndarray) -> None:
+    def _remember(self, k: tuple[str, str], arr: np.ndarray) -> np.ndarray:
+        arr = arr.view()
+        arr.flags.writeable = False  # a reader must not change what the next one gets
         if arr.nbytes > self.max_bytes:
-            return
+            return arr
         with self._lock:
             if k in self._mem:
                 self._bytes -= self._mem.pop(k).nbytes
@@ -134,6 +175,20 @@ class HypothesisCache:
             while self._bytes > self.max_bytes:
                 _, old = self._mem.popitem(last=False)
                 self._bytes -= old.nbytes
+        return arr
+
+    def _fall_back(self, exc: OSError, action: str) -> None:
+        directory, self.directory = self.directory, None
+        if str(directory) in _WARNED_DIRS:
+            return
+        _WARNED_DIRS.add(str(directory))
+        warnings.warn(
+            f"the hypothesis cache directory {directory} cannot be {action} "
+            f"({type(exc).__name__}: {exc}); hypothesis values are kept in memory only. "
+            "Set DNI_LAB_CACHE to a directory you can write, or pass cache=False.",
+            CacheWarning,
+            stacklevel=4,
+        )
 
     def _paths(self, fp: str, key: str) -> tuple[Path, Path]:
         assert self.directory is not None
@@ -154,25 +209,76 @@ class HypothesisCache:
         if self.directory is None:
             return None
         data_path, meta_path = self._paths(fp, key)
-        if not data_path.exists() or not meta_path.exists():
-            return None
         try:
-            blob = data_path.read_bytes()
-            meta = json.loads(meta_path.read_text())
-            if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
-                raise ValueError("checksum mismatch")
-            arr = np.load(io.BytesIO(blob), allow_pickle=False)
-            if list(arr.shape) != meta["shape"]:
-                raise ValueError("shape mismatch")
-            return arr
-        except (OSError, ValueError, KeyError) as exc:
+            return _read_entry(data_path, meta_path)
+        except FileNotFoundError:  # no entry, or another process cleared it mid-read
+            return None
+        except PermissionError as exc:
+            self._fall_back(exc, "read")
+            return None
+        except (_Corrupt, OSError) as exc:
             warnings.warn(
                 f"hypothesis cache entry {data_path} is corrupt ({exc}); recomputing it.",
-                stacklevel=3,
+                CacheWarning,
+                stacklevel=4,
             )
-            data_path.unlink(missing_ok=True)
-            meta_path.unlink(missing_ok=True)
+            for p in (data_path, meta_path):
+                _remove(p)
             return None
+
+
+def _read_entry(data_path: Path, meta_path: Path) -> np.ndarray:
+    """One entry, checked: every way it can be wrong raises :class:`_Corrupt` or OSError."""
+    if not data_path.exists() and not meta_path.exists():
+        raise FileNotFoundError(data_path)
+    for p, limit in ((meta_path, _MAX_SIDECAR), (data_path, None)):
+        st = p.lstat()
+        if not stat.S_ISREG(st.st_mode):  # a directory, a link, a device
+            raise _Corrupt(f"{p.name} is not a regular file")
+        if limit is not None and st.st_size > limit:
+            raise _Corrupt(f"{p.name} is {st.st_size} bytes")
+    try:
+        meta = json.loads(meta_path.read_bytes())
+    except ValueError as exc:
+        raise _Corrupt(f"unreadable sidecar: {exc}") from None
+    if not (
+        isinstance(meta, dict)
+        and isinstance(meta.get("sha256"), str)
+        and isinstance(meta.get("shape"), list)
+    ):
+        raise _Corrupt("the sidecar is not {sha256, shape}")
+    blob = data_path.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
+        raise _Corrupt("checksum mismatch")
+    try:
+        arr = np.load(io.BytesIO(blob), allow_pickle=False)
+    except Exception as exc:  # numpy reports a bad header in many ways
+        raise _Corrupt(f"unreadable array: {type(exc).__name__}: {exc}") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.float32 or arr.ndim != 2:
+        raise _Corrupt("not a 2-D float32 array")
+    if list(arr.shape) != meta["shape"]:
+        raise _Corrupt("shape mismatch")
+    if not np.isfinite(arr).all():  # hypotheses are validated finite before they are stored
+        raise _Corrupt("non-finite values")
+    return arr
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.lstat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
+
+def _remove(p: Path) -> None:
+    """Remove a file or a directory in the cache's place, if this process may."""
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    except OSError:
+        pass  # not ours to remove: the entry is recomputed and rewritten if possible
 
 
 def _atomic_write(path: Path, blob: bytes) -> None:
