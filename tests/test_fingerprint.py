@@ -202,6 +202,34 @@ def counted(r: str) -> list[float]:
     return [0.0] * len(r)
 
 
+class Node:
+    def __init__(self, nxt) -> None:
+        self.nxt = nxt
+
+
+class BadParams(dl.HypothesisFamily):
+    name = "bad"
+
+    def signals(self) -> list[str]:
+        return ["bad"]
+
+    def get_params(self) -> dict:
+        raise RuntimeError("no parameters today")
+
+
+def test_what_cannot_be_walked_is_refused_not_raised():
+    chain = None
+    for _ in range(50_000):  # deeper than the interpreter's recursion limit
+        chain = Node(chain)
+    h = (lambda c: lambda r: [float(c is None)] * len(r))(chain)
+    with pytest.warns(FingerprintWarning, match="nests too deeply"):
+        assert fp(h) is None
+    with pytest.warns(FingerprintWarning, match="get_params.*no parameters today"):
+        assert BadParams().fingerprint() is None
+    huge = 10**5000
+    assert fingerprint_of(huge) != fingerprint_of(huge + 1)
+
+
 def test_locks_and_ignored_globals_do_not_unsettle_fingerprints():
     lock = threading.Lock()
 
@@ -253,3 +281,21 @@ def test_fingerprints_survive_a_restart(tmp_path):
         assert run.returncode == 0, run.stderr
         outs.add(run.stdout.strip())
     assert len(outs) == 1 and "None" not in outs.pop()
+
+
+def test_library_families_keep_their_fingerprint_after_evaluating():
+    from hypotheses import CodeFamily
+    from hypotheses.grammars import sql
+    from hypotheses.shift_reduce import ShiftReduceFamily
+
+    windows = sql.windows(sql.generate(4, n_rules=95))[:8]
+    families = [
+        (sql.family(n_rules=95), windows),  # memoised parsers live in a module global
+        (ShiftReduceFamily(sql.grammar(95), name="sr", tokenizer=sql.tokenize), windows),
+        (CodeFamily(), ["def f(x):\n    return (x + 1)  # one\n"]),
+    ]
+    for fam, records in families:
+        before = fam.fingerprint()
+        for r in records:
+            fam.evaluate(r)
+        assert before is not None and fam.fingerprint() == before, fam.name

@@ -81,7 +81,14 @@ def fingerprint_of(*objs: Any) -> str:
         When something reachable cannot be hashed; the message names it and the path to it.
     """
     walk = _Walk()
-    return digest(FORMAT, *(walk.value(o) for o in objs))
+    try:
+        return digest(FORMAT, *(walk.value(o) for o in objs))
+    except RecursionError:
+        raise walk.refuse("it nests too deeply to be hashed") from None
+    except NotFingerprintable:
+        raise
+    except Exception as exc:  # an object whose pickling state is not what pickle promises
+        raise walk.refuse(f"hashing it raised {type(exc).__name__}: {exc}") from None
 
 
 def family_fingerprint(family: Any, *extra: Any) -> str | None:
@@ -92,8 +99,11 @@ def family_fingerprint(family: Any, *extra: Any) -> str | None:
     """
     from .hypotheses import HypothesisFamily  # local: hypotheses imports this module
 
-    # A family held inside another (a subset, a control) must be hashable itself.
-    nested = [v for v in vars(family).values() if isinstance(v, HypothesisFamily)]
+    # A family held inside another (a subset, a control) must be hashable itself;
+    # private attributes are derived state (a lazily built helper family).
+    nested = [
+        v for k, v in vars(family).items() if isinstance(v, HypothesisFamily) and k[:1] != "_"
+    ]
     try:
         try:
             params = family.get_params()
@@ -138,13 +148,14 @@ class _Walk:
         self.count = 0
 
     def refuse(self, what: str) -> NotFingerprintable:
-        where = " -> ".join(self.path)
+        path = self.path if len(self.path) <= 10 else [*self.path[:8], "...", *self.path[-2:]]
+        where = " -> ".join(path)
         return NotFingerprintable(what + (f" (reached through {where})" if where else ""))
 
     def value(self, obj: Any, names: frozenset[str] | None = None) -> str:
         t = type(obj)
         if t in _LEAVES:
-            r = repr(obj)
+            r = hex(obj) if t is int else repr(obj)  # repr refuses ints past 4300 digits
             return f"{t.__name__}:{r}" if len(r) <= 64 else f"{t.__name__}#{digest(r)}"
         self.count += 1
         if self.count > MAX_OBJECTS:
