@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import traitlets
 
-from ._base import Panel, as_selection, esm, selection_key
-from ._behavior import BehaviorSource, unit_ready
-from ._paging import n_pages
+from ._base import esm, selection_key
+from ._behavior import unit_ready
+from ._overlay import PagedOverlay
 
 # Categorical colours for one-hot grids (e.g. a gridworld's object channels).
 _PALETTE = np.array(
@@ -53,7 +53,7 @@ def to_rgb(record: Any) -> np.ndarray:
     return _PALETTE[cls % len(_PALETTE)]
 
 
-class ImageOverlay(Panel):
+class ImageOverlay(PagedOverlay):
     """Image records in a grid: the unit's map drawn over each, the hypothesis mask outlined.
 
     Parameters
@@ -100,21 +100,8 @@ class ImageOverlay(Panel):
         device: str = "cpu",
         **kwargs: Any,
     ) -> None:
-        self.source = BehaviorSource(models, records, hypotheses, device)
         self._render = render or to_rgb
-        self._data = pl.DataFrame()
-        self.error = ""
-        super().__init__(page_size=page_size, selection=as_selection(selection), **kwargs)
-        self.observe(self._on_unit, names=["selection", "_order"])
-        self.observe(lambda _c: self.refresh(), names=["_page_index", "page_size"])
-        self.refresh()
-
-    @property
-    def data(self) -> pl.DataFrame:
-        return self._data
-
-    def sort_records(self, how: str = "top") -> None:
-        self._order = how
+        super().__init__(models, records, hypotheses, selection, page_size, device, **kwargs)
 
     def _describe(self) -> str:
         lay = self._layout
@@ -123,26 +110,9 @@ class ImageOverlay(Panel):
             f"{lay.get('n_pages', 1)}, order {self._order}"
         )
 
-    def _on_unit(self, _change: Any) -> None:
-        if self._page_index != 0:
-            self._page_index = 0
-        else:
-            self.refresh()
-
-    def refresh(self) -> None:
-        try:
-            self._compute()
-            self.error = ""
-        except Exception as exc:  # shown in the panel; must not break the comm handler
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._layout = {**self._layout, "error": self.error}
-
     def _compute(self) -> None:
         sel = self.selection if unit_ready(self.selection) else None
-        order = self.source.order(sel, self._order)
-        pages = n_pages(len(order), self.page_size)
-        page = min(max(self._page_index, 0), pages - 1)
-        idx = order[page * self.page_size : (page + 1) * self.page_size].tolist()
+        idx, page, pages, n_records = self._page_of(sel)
         pics = [self._render(self.source.records[i]) for i in idx]
         maps: list[np.ndarray] = []
         masks: list[np.ndarray] = []
@@ -176,7 +146,7 @@ class ImageOverlay(Panel):
                 "scale": scale,
                 "page": page,
                 "n_pages": pages,
-                "n_records": len(order),
+                "n_records": n_records,
                 "order": self._order,
                 "sent_at": time.time() * 1000.0,
                 "error": "",

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import traitlets
 
-from ._base import Panel, as_selection, esm, selection_key
-from ._behavior import BehaviorSource, unit_ready
-from ._paging import n_pages
+from ._base import as_selection, esm, selection_key
+from ._behavior import unit_ready
+from ._overlay import PagedOverlay
 
 
 def default_symbols(record: Any) -> list[str]:
@@ -24,7 +24,7 @@ def default_symbols(record: Any) -> list[str]:
     return [str(record)]
 
 
-class TextOverlay(Panel):
+class TextOverlay(PagedOverlay):
     """Records drawn symbol by symbol, the background the unit's behavior.
 
     The selected unit (and any pinned units, side by side) colour each symbol
@@ -76,18 +76,10 @@ class TextOverlay(Panel):
         device: str = "cpu",
         **kwargs: Any,
     ) -> None:
-        self.source = BehaviorSource(models, records, hypotheses, device)
         self._symbols = symbols or default_symbols
-        self._data = pl.DataFrame()
-        self.error = ""
-        super().__init__(page_size=page_size, selection=as_selection(selection), **kwargs)
-        self.observe(self._on_units, names=["selection", "pinned", "_order"])
-        self.observe(self._on_page, names=["_page_index", "page_size"])
-        self.refresh()
-
-    @property
-    def data(self) -> pl.DataFrame:
-        return self._data
+        super().__init__(
+            models, records, hypotheses, selection, page_size, device, ("pinned",), **kwargs
+        )
 
     @property
     def units(self) -> list[dict[str, Any]]:
@@ -106,10 +98,6 @@ class TextOverlay(Panel):
         if unit_ready(u) and selection_key(u) not in {selection_key(p) for p in self.pinned}:
             self.pinned = [*self.pinned, u]
 
-    def sort_records(self, how: str = "top") -> None:
-        """Order records by the first unit's peak: ``"top"``, ``"bottom"`` or ``"index"``."""
-        self._order = how
-
     def _describe(self) -> str:
         lay = self._layout
         return (
@@ -118,30 +106,9 @@ class TextOverlay(Panel):
         )
 
     # -- computing a page ---------------------------------------------------------
-    def _on_units(self, _change: Any) -> None:
-        if self._page_index != 0:
-            self._page_index = 0  # its observer refreshes
-        else:
-            self.refresh()
-
-    def _on_page(self, _change: Any) -> None:
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Recompute the visible page and send it (errors are shown in the panel)."""
-        try:
-            self._compute()
-            self.error = ""
-        except Exception as exc:  # a bad selection must not break the comm handler
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._layout = {**self._layout, "error": self.error}
-
     def _compute(self) -> None:
         units = self.units
-        order = self.source.order(units[0] if units else None, self._order)
-        pages = n_pages(len(order), self.page_size)
-        page = min(max(self._page_index, 0), pages - 1)
-        idx = order[page * self.page_size : (page + 1) * self.page_size].tolist()
+        idx, page, pages, n_records = self._page_of(units[0] if units else None)
         recs = [self.source.records[i] for i in idx]
         syms = [self._symbols(r) for r in recs]
         lengths = [len(s) for s in syms]
@@ -166,7 +133,7 @@ class TextOverlay(Panel):
         with self.hold_sync():  # one message: the browser draws once, with matching arrays
             self._values = values.tobytes()
             self._signals = signals.tobytes()
-            self._set_layout(idx, syms, offsets, total, meta, page, pages, len(order))
+            self._set_layout(idx, syms, offsets, total, meta, page, pages, n_records)
 
     def _set_layout(
         self,
