@@ -59,12 +59,15 @@ def symbol_activations(
     units: np.ndarray | None,
     device: torch.device,
     batch_size: int = 256,
+    extractor: Extractor | None = None,
 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """``(first, acts (R, T, U), mask (R, T))`` per batch, extracted by the engine's Extractor.
 
-    The caller holds :func:`~.extract.on_device` for the model.
+    The caller holds :func:`~.extract.on_device` for the model. A caller that asks
+    again for the same units (a panel turning pages) passes its ``extractor`` so
+    that replayed recurrent layers are built once.
     """
-    ex = Extractor(model, {addr: units}, "activation", device)
+    ex = extractor or Extractor(model, {addr: units}, "activation", device)
     for first, recs in batches(records, batch_size):
         mask = symbol_mask(model, recs, device)
         yield first, ex(recs, mask)[addr], mask
@@ -163,12 +166,12 @@ class BehaviorSource:
         recs = [self.records[i] for i in indices]
         out: list[np.ndarray] = []
         with on_device(model, self.device):
-            for s in range(0, len(recs), self.batch_size):
-                part = recs[s : s + self.batch_size]
-                mask = symbol_mask(model, part, self.device)
-                acts = ext(part, mask)[layer][..., 0].cpu().numpy()
+            for _, acts, mask in symbol_activations(
+                model, recs, layer, np.asarray([unit]), self.device, self.batch_size, ext
+            ):
+                a = acts[..., 0].cpu().numpy()
                 n = mask.sum(1).cpu().numpy()
-                out += [acts[i, : n[i]].astype(np.float32) for i in range(len(part))]
+                out += [a[i, : n[i]].astype(np.float32) for i in range(len(a))]
         return out
 
     def signal(self, hid: str | None, indices: Sequence[int], model: Model) -> list[np.ndarray]:
