@@ -1,0 +1,142 @@
+"""Damped proximal-free Newton solver for many L1 logistic probes at once.
+
+The merged probe fits one column of weights per (fold, output). Each column's
+objective is its fold's mean log-loss plus ``lam * sum(|w_j|)`` (intercept
+unpenalised). The absolute value is smoothed as ``sqrt(w² + ε²) − ε``
+(ε = 1e-3 on standardised units), so Newton's method applies; coefficients
+that L1 would zero end up within about ε of zero and are zeroed when scored.
+
+Why Newton and not first-order steps: probes of correlated LSTM units are badly
+conditioned (the global 1/L step of proximal gradient crawled, 400 steps for
+F1 still 0.02–0.05 below scikit-learn's). Newton needs a Hessian per column,
+``Xᵀ diag(p(1−p)) X``; the folds of one output share it up to the held-out
+fold, so one Hessian per output is built from a fixed row subsample
+(``hessian_rows``), which keeps its cost independent of the sample size.
+Levenberg–Marquardt damping (``mu · sqrt(|g|)``, adapted per column) and a
+per-column Armijo line search make every accepted step decrease the exact
+objective, and columns whose objective stops decreasing leave the active set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn.functional import softplus
+
+SMOOTH = 1e-3  # ε of the smoothed absolute value, on standardised units
+# Logits are clipped here: beyond it a row's loss is < 1e-13 and further growth changes
+# nothing, while the losses and curvatures of separable rows would otherwise become
+# subnormal floats, which the CPU handles ~20x slower.
+CLIP = 30.0
+_CHUNK = 32  # outputs per batched Hessian product (bounds peak memory)
+
+
+@dataclass
+class Problem:
+    """One merged probe: design, targets and per-column weights and penalties."""
+
+    X: torch.Tensor  # (n, d) standardised units, column 0 the intercept
+    Y: torch.Tensor  # (n, c) 0/1 targets per column
+    w_row: torch.Tensor  # (n, c) loss weight of each row in each column (0 off-fold)
+    lam: torch.Tensor  # (c,) L1 strength per column
+    col_out: torch.Tensor  # (c,) output (hypothesis class) of each column
+
+
+def penalty(W: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """Smoothed L1 of each column, intercept excluded."""
+    return lam * (torch.sqrt(W[1:] ** 2 + SMOOTH**2) - SMOOTH).sum(0)
+
+
+def objective(p: Problem, cols: torch.Tensor, Z: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """Exact objective of ``cols`` given their logits ``Z`` and weights ``W``."""
+    Z = Z.clamp(-CLIP, CLIP)
+    loss = (softplus(Z) - p.Y[:, cols] * Z) * p.w_row[:, cols]
+    return loss.sum(0) + penalty(W, p.lam[cols])
+
+
+def initial_weights(p: Problem) -> torch.Tensor:
+    """Zero slopes and the intercept at each column's base rate."""
+    W = torch.zeros(p.X.shape[1], p.Y.shape[1], device=p.X.device)
+    rate = (p.Y * p.w_row).sum(0) / p.w_row.sum(0).clamp_min(1e-12)
+    rate = rate.clamp(1e-4, 1 - 1e-4)
+    W[0] = torch.log(rate / (1 - rate))
+    return W
+
+
+def _hessians(p: Problem, cols: torch.Tensor, P: torch.Tensor, rows: torch.Tensor):
+    """One Hessian per output of ``cols``, averaged over its folds, from ``rows``."""
+    outs, pos = torch.unique(p.col_out[cols], return_inverse=True)
+    Xm = p.X[rows]
+    on = (p.w_row[rows][:, cols] > 0).to(P.dtype)
+    curv = P[rows] * (1 - P[rows]) * on
+    num = torch.zeros(len(rows), len(outs), device=P.device).index_add_(1, pos, curv)
+    den = torch.zeros_like(num).index_add_(1, pos, on)
+    D = num / den.clamp_min(1)
+    H = torch.empty(len(outs), Xm.shape[1], Xm.shape[1], device=P.device)
+    for s in range(0, len(outs), _CHUNK):
+        H[s : s + _CHUNK] = (Xm.T[None] * D[:, s : s + _CHUNK].T[:, None, :]) @ Xm / len(rows)
+    return H, pos
+
+
+def newton(
+    p: Problem,
+    W0: torch.Tensor,
+    iters: int,
+    tol: float,
+    hessian_rows: int = 4096,
+    mu: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to ``iters`` damped Newton steps on every column, warm-started at ``W0``.
+
+    Returns the weights and the per-column damping, to warm-start the next call.
+    A column stops when one step lowers its objective by less than ``tol``
+    (relative).
+    """
+    X = p.X
+    n, d = X.shape
+    c = W0.shape[1]
+    mu = torch.full((c,), 1e-2, device=X.device) if mu is None else mu.clone()
+    if c == 0 or n == 0 or iters == 0:
+        return W0, mu
+    W = W0.clone()
+    rows = torch.arange(0, n, max(1, n // hessian_rows), device=X.device)[:hessian_rows]
+    active = torch.arange(c, device=X.device)
+    Z = X @ W
+    F = objective(p, active, Z, W)
+    for _ in range(iters):
+        if len(active) == 0:
+            break
+        Wa, Za, Fa, lam = W[:, active], Z[:, active], F[active], p.lam[active]
+        P = torch.sigmoid(Za.clamp(-CLIP, CLIP))
+        root = torch.sqrt(Wa[1:] ** 2 + SMOOTH**2)
+        g = X.T @ ((P - p.Y[:, active]) * p.w_row[:, active])
+        g[1:] += lam * Wa[1:] / root
+        H, pos = _hessians(p, active, P, rows)
+        diag = torch.zeros(len(active), d, device=X.device)
+        diag[:, 1:] = (lam * SMOOTH**2 / root**3).T  # the smoothed penalty's curvature
+        diag += (mu[active] * g.norm(dim=0).sqrt() + 1e-8)[:, None]
+        L, _ = torch.linalg.cholesky_ex(H[pos] + torch.diag_embed(diag))
+        step = -torch.cholesky_solve(g.T[:, :, None], L).squeeze(2).T
+        slope = (g * step).sum(0)
+        t = torch.ones(len(active), device=X.device)
+        Wn = Wa + step
+        Zn = X @ Wn
+        Fn = objective(p, active, Zn, Wn)
+        for _ in range(6):  # Armijo, per column; only failing columns are recomputed
+            bad = (Fn > Fa + 1e-4 * t * slope).nonzero().squeeze(1)
+            if len(bad) == 0:
+                break
+            t[bad] *= 0.25
+            Wn[:, bad] = Wa[:, bad] + t[bad] * step[:, bad]
+            Zn[:, bad] = X @ Wn[:, bad]
+            Fn[bad] = objective(p, active[bad], Zn[:, bad], Wn[:, bad])
+        worse = Fn > Fa  # no decrease even at the shortest step: keep the old weights
+        t[worse] = 0
+        Wn[:, worse], Zn[:, worse], Fn[worse] = Wa[:, worse], Za[:, worse], Fa[worse]
+        mu[active] = torch.where(t < 1, mu[active] * 8, (mu[active] / 4).clamp_min(1e-4))
+        gain = (Fa - Fn) / Fa.abs().clamp_min(1e-12)
+        W[:, active], Z[:, active], F[active] = Wn, Zn, Fn
+        # a column that found no decrease retries with stronger damping, up to a point
+        active = active[(gain >= tol) | worse & (mu[active] < 1e3)]
+    return W, mu
