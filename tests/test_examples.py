@@ -174,6 +174,17 @@ def test_index_refuses_other_data_or_settings(random_case):
         dl.examples.topk(IDENTITY, recs, "", [0], agg="median", device="cpu")
 
 
+def test_a_mistyped_option_is_refused_not_defaulted(random_case):
+    recs, _, index = random_case
+    # options travel as **options; a typo must fail as a named parameter would
+    with pytest.raises(TypeError, match=r"topk\(\) .* 'symbol_ag'.*symbol_agg"):
+        dl.examples.topk(IDENTITY, recs, "", [0], index=index, symbol_ag="mean")
+    with pytest.raises(TypeError, match=r"knn\(\) .* 'batchsize'"):
+        dl.examples.knn(IDENTITY, recs, "", [0], 3, batchsize=8)
+    with pytest.raises(TypeError):  # options are keyword-only: nothing shifts silently
+        dl.examples.topk(IDENTITY, recs, "", [0], 10, "sum", index, "mean")
+
+
 @pytest.mark.parametrize("symbol_agg", ["max", "mean", "last"])
 def test_real_model_top_k_and_knn_equal_brute_force(symbol_agg):
     model, S, _ = specialized("paren")
@@ -188,12 +199,16 @@ def test_real_model_top_k_and_knn_equal_brute_force(symbol_agg):
     index = NeuronIndex("lstm", symbol_agg=symbol_agg, device="cpu").fit(model, recs)
     for agg in ("sum", "max"):
         ids, vals = brute_topk(X, S[:3], 10, agg)
-        r = dl.examples.topk(model, recs, "lstm", S[:3], 10, agg, index, symbol_agg, device="cpu")
+        r = dl.examples.topk(
+            model, recs, "lstm", S[:3], 10, agg, index, symbol_agg=symbol_agg, device="cpu"
+        )
         np.testing.assert_allclose(r.frame["score"].to_numpy(), vals, atol=1e-5)
         assert r.frame["record"].to_list() == ids.tolist()
         assert r.evaluated < len(recs)
     ids, d = brute_knn(X, S, 5, 10, "l2")
-    r = dl.examples.knn(model, recs, "lstm", S, 5, 10, "l2", index, symbol_agg, device="cpu")
+    r = dl.examples.knn(
+        model, recs, "lstm", S, 5, 10, "l2", index, symbol_agg=symbol_agg, device="cpu"
+    )
     np.testing.assert_allclose(r.frame["distance"].to_numpy(), d, atol=1e-5)
     assert r.frame["record"].to_list() == ids.tolist()
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from .acts import Activations, aggregate_symbols
 from .index import NeuronIndex
-from .queries import ExampleResult, knn, topk
+from .queries import ExampleOptions, ExampleResult, knn, topk
 from .scoring import distances, group_score
 
 __all__ = [
     "Activations",
+    "ExampleOptions",
     "ExampleResult",
     "NeuronIndex",
     "aggregate_symbols",
