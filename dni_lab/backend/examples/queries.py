@@ -124,8 +124,8 @@ def _frame(ids, values, col) -> pl.DataFrame:
 
 def _evaluator(model, records, layer, units, index, opts: _Options) -> Activations:
     ev = opts.activations(model, records, layer, units)
-    if index is not None:
-        index.check(model, records, ev.resolve()[0], opts.symbol_agg)
+    if index is not None:  # before any answer: an index of other weights or data is refused
+        index.check(model, records, *ev.resolve(), opts.symbol_agg)
     return ev
 
 
