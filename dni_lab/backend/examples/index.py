@@ -88,6 +88,8 @@ class NeuronIndex:
         """Run the model once over ``records`` and build both indexes."""
         if not 0 <= self.ratio <= 1 or self.n_partitions < 1:
             raise DNIError("ratio must lie in [0, 1] and n_partitions be at least 1.")
+        if len(records) == 0:
+            raise DNIError("no records to index; pass the dataset the queries will search.")
         ev = Activations(
             model, records, self.layer, None, self.symbol_agg, self.batch_size, self.device
         )
@@ -129,6 +131,10 @@ class NeuronIndex:
         self.weights_sha256_ = weights
         return self
 
+    def _check_built(self) -> None:
+        if not hasattr(self, "digest_"):
+            raise DNIError("the index is not built; call NeuronIndex(...).fit(model, records).")
+
     def partition_ids(self, unit: int) -> np.ndarray:
         """Partition id (0 = lowest activations) of every record for ``unit``."""
         return unpack_ids(self.partitions_[unit], self.n_records_, self.bits_)
@@ -146,8 +152,7 @@ class NeuronIndex:
         The model must be the same checkpoint: same name and same weights (hashed
         now and at fit time), so that an index never answers for other weights.
         """
-        if not hasattr(self, "digest_"):
-            raise DNIError("the index is not built; call NeuronIndex(...).fit(model, records).")
+        self._check_built()
         problems = []
         weights = weights_sha256(model.module)
         if model.name != self.model_name_ or weights != self.weights_sha256_:
@@ -177,6 +182,7 @@ class NeuronIndex:
     # -- persistence (the file format and its checks live in .index_file) ------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index to ``path`` (``.npz`` of plain arrays) atomically."""
+        self._check_built()
         return save_index(self, path)
 
     @classmethod

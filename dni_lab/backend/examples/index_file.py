@@ -68,6 +68,8 @@ def _checksum(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
 def save_index(index: NeuronIndex, path: str | os.PathLike) -> Path:
     """Write ``index`` to ``path`` atomically (see the module docstring)."""
     path = Path(path)
+    if not path.parent.is_dir():  # else the error would name the temporary file
+        raise FileNotFoundError(f"cannot save the index to {str(path)!r}: no directory there.")
     arrays = {k: getattr(index, k) for k in ARRAYS}
     meta = {"format": FORMAT, **{k: getattr(index, k) for k in (*PARAMS, *LEARNED)}}
     meta["sha256"] = _checksum(meta, arrays)

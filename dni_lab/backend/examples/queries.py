@@ -29,6 +29,7 @@ import polars as pl
 import torch
 
 from ..behaviors import check_units
+from ..errors import DNIError
 from ..models import Model
 from ..params import keyword_options
 from .acts import Activations, choice
@@ -122,6 +123,12 @@ def _frame(ids, values, col) -> pl.DataFrame:
     )
 
 
+def _check_k(k: Any) -> None:
+    # k=-1 once sliced off the last record instead of failing
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise DNIError(f"k must be a positive whole number of records, got {k!r}.")
+
+
 def _evaluator(model, records, layer, units, index, opts: _Options) -> Activations:
     ev = opts.activations(model, records, layer, units)
     if index is not None:  # before any answer: an index of other weights or data is refused
@@ -167,6 +174,7 @@ def topk(
     """
     opts = keyword_options(_Options, "topk", options)
     choice(agg, GROUP_AGGS, "group aggregation")
+    _check_k(k)
     t0 = time.perf_counter()
     ev = _evaluator(model, records, layer, units, index, opts)
     if index is None:
@@ -221,9 +229,15 @@ def knn(
     """
     opts = keyword_options(_Options, "knn", options)
     choice(metric, METRICS, "metric")
+    _check_k(k)
     t0 = time.perf_counter()
     ev = _evaluator(model, records, layer, units, index, opts)
     own = int(target) if isinstance(target, (int, np.integer)) else None
+    if own is not None and not 0 <= own < len(records):  # -1 would wrap to the last record
+        raise DNIError(
+            f"target {own} is not a position in the records (0..{len(records) - 1}); pass a "
+            "position, or the record itself to search from an outside record."
+        )
     if own is None:  # an outside record: one extra model evaluation
         ev1 = opts.activations(model, [target], layer, units)
         tvec, ev.evaluated_ = ev1([0])[0], ev.evaluated_ + 1
