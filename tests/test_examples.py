@@ -355,3 +355,12 @@ def test_a_damaged_or_tampered_index_file_is_refused_by_name(random_case, tmp_pa
     with pytest.raises(dl.DNIError, match=message) as e:
         NeuronIndex.load(path)
     assert "layer.npz" in str(e.value) and "re-fit" in str(e.value)
+
+
+def test_saving_an_unbuilt_index_or_into_no_directory_is_refused(random_case, tmp_path):
+    with pytest.raises(dl.DNIError, match="not built"):
+        NeuronIndex("").save(tmp_path / "i.npz")
+    _, _, index = random_case
+    with pytest.raises(FileNotFoundError, match=r"missing.*i\.npz.*no directory"):
+        index.save(tmp_path / "missing" / "i.npz")
+    assert not list(tmp_path.rglob("*.tmp"))
