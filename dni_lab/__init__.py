@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__  # re-exported
 from .backend import examples, verify
 from .backend.api import inspect
 from .backend.cache import HypothesisCache
@@ -27,8 +28,6 @@ from .backend.params import InspectParams
 from .backend.provenance import provenance
 from .backend.query import Catalog, QueryError, query
 from .backend.run import Run
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BehaviorError",

@@ -115,17 +115,6 @@ def pytest_terminal_summary(terminalreporter):
     import sys
 
     battery = sys.modules.get("test_reliability")
-    if battery is None:
-        return
-    parts = []
-    passed = failed = 0
-    for group, outcomes in battery.OUTCOMES.items():
-        ok = sum(1 for _, good in outcomes if good)
-        passed += ok
-        failed += len(outcomes) - ok
-        parts.append(f"{group} {ok}/{len(outcomes)}")
-    if passed + failed:
-        terminalreporter.write_line(
-            f"reliability battery, cases that held: {passed} of {passed + failed} "
-            f"({', '.join(parts)})"
-        )
+    line = battery.summary() if battery is not None else ""
+    if line:
+        terminalreporter.write_line(line)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import json
+
 import numpy as np
 import pytest
 import torch
+from conftest import CharLM, encode_chars, random_records
 from specialized import one_thread, records, specialized
 from torch import nn
 
@@ -151,13 +155,14 @@ def test_index_round_trips_through_disk(random_case, tmp_path):
     back = NeuronIndex.load(path)
     for k in ("mai_ids_", "mai_values_", "lower_", "upper_", "partitions_"):
         np.testing.assert_array_equal(getattr(back, k), getattr(index, k))
-    for k in ("n_records_", "width_", "bits_", "address_", "digest_", "ratio", "n_partitions"):
+    learned = ("n_records_", "width_", "bits_", "address_", "digest_", "weights_sha256_")
+    for k in (*learned, "model_name_", "ratio", "n_partitions", "symbol_agg", "layer"):
         assert getattr(back, k) == getattr(index, k)
     a = dl.examples.topk(IDENTITY, recs, "", [1, 2], k=5, index=back, device="cpu")
     b = dl.examples.topk(IDENTITY, recs, "", [1, 2], k=5, index=index, device="cpu")
     assert a.frame.equals(b.frame) and a.evaluated == b.evaluated
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(Exception):  # noqa: B017 - a truncated file must not load silently
+    with pytest.raises(dl.DNIError, match="truncated"):  # never loads silently
         NeuronIndex.load(path)
 
 
@@ -174,6 +179,17 @@ def test_index_refuses_other_data_or_settings(random_case):
         dl.examples.topk(IDENTITY, recs, "", [0], agg="median", device="cpu")
 
 
+def test_a_mistyped_option_is_refused_not_defaulted(random_case):
+    recs, _, index = random_case
+    # options travel as **options; a typo must fail as a named parameter would
+    with pytest.raises(TypeError, match=r"topk\(\) .* 'symbol_ag'.*symbol_agg"):
+        dl.examples.topk(IDENTITY, recs, "", [0], index=index, symbol_ag="mean")
+    with pytest.raises(TypeError, match=r"knn\(\) .* 'batchsize'"):
+        dl.examples.knn(IDENTITY, recs, "", [0], 3, batchsize=8)
+    with pytest.raises(TypeError):  # options are keyword-only: nothing shifts silently
+        dl.examples.topk(IDENTITY, recs, "", [0], 10, "sum", index, "mean")
+
+
 @pytest.mark.parametrize("symbol_agg", ["max", "mean", "last"])
 def test_real_model_top_k_and_knn_equal_brute_force(symbol_agg):
     model, S, _ = specialized("paren")
@@ -188,12 +204,16 @@ def test_real_model_top_k_and_knn_equal_brute_force(symbol_agg):
     index = NeuronIndex("lstm", symbol_agg=symbol_agg, device="cpu").fit(model, recs)
     for agg in ("sum", "max"):
         ids, vals = brute_topk(X, S[:3], 10, agg)
-        r = dl.examples.topk(model, recs, "lstm", S[:3], 10, agg, index, symbol_agg, device="cpu")
+        r = dl.examples.topk(
+            model, recs, "lstm", S[:3], 10, agg, index, symbol_agg=symbol_agg, device="cpu"
+        )
         np.testing.assert_allclose(r.frame["score"].to_numpy(), vals, atol=1e-5)
         assert r.frame["record"].to_list() == ids.tolist()
         assert r.evaluated < len(recs)
     ids, d = brute_knn(X, S, 5, 10, "l2")
-    r = dl.examples.knn(model, recs, "lstm", S, 5, 10, "l2", index, symbol_agg, device="cpu")
+    r = dl.examples.knn(
+        model, recs, "lstm", S, 5, 10, "l2", index, symbol_agg=symbol_agg, device="cpu"
+    )
     np.testing.assert_allclose(r.frame["distance"].to_numpy(), d, atol=1e-5)
     assert r.frame["record"].to_list() == ids.tolist()
 
@@ -222,3 +242,125 @@ def test_nta_is_exact_across_index_settings_ties_and_sizes():
         ids, d = brute_knn(X, units, t, k, "l2")
         assert r.frame["record"].to_list() == ids.tolist(), trial
         np.testing.assert_allclose(r.frame["distance"].to_numpy(), d, atol=1e-6)
+
+
+def _checkpoints():
+    """Two checkpoints of one model under one name (the second trained a little further)."""
+    torch.manual_seed(0)
+    first = dl.Model(CharLM(hidden=8, layers=1), encode_chars, name="lm")
+    later = copy.deepcopy(first)
+    with torch.no_grad():
+        for p in later.module.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return first, later, random_records(400, seed=9)
+
+
+def test_an_index_of_one_checkpoint_is_refused_for_another(tmp_path):
+    first, later, recs = _checkpoints()
+    index = NeuronIndex("lstm", device="cpu").fit(first, recs)
+    units = [0, 3, 5]
+    scan_first = dl.examples.topk(first, recs, "lstm", units, k=10, device="cpu").frame
+    scan_later = dl.examples.topk(later, recs, "lstm", units, k=10, device="cpu").frame
+    # the danger is real: the checkpoints disagree on the top-10
+    assert scan_first["record"].to_list() != scan_later["record"].to_list()
+    saved = NeuronIndex.load(index.save(tmp_path / "lm.npz"))
+    for idx in (index, saved):
+        other = r"(?i)model 'lm' with weights .*another checkpoint.*re-fit"
+        with pytest.raises(dl.DNIError, match=other):
+            dl.examples.topk(later, recs, "lstm", units, k=10, index=idx, device="cpu")
+        with pytest.raises(dl.DNIError, match="other weights"):
+            dl.examples.knn(later, recs, "lstm", units, 0, k=10, index=idx, device="cpu")
+    # the same weights under another name: refused too, and the message says the weights match
+    renamed = dl.Model(first.module, first.encode, name="lm-copy")
+    with pytest.raises(dl.DNIError, match=r"'lm-copy'.*same weights"):
+        dl.examples.topk(renamed, recs, "lstm", units, k=10, index=index, device="cpu")
+    # an identical copy of the fitted checkpoint is accepted and answers as the scan does
+    twin = copy.deepcopy(first)
+    for idx in (index, saved):
+        r = dl.examples.topk(twin, recs, "lstm", units, k=10, index=idx, device="cpu")
+        assert r.method == "nta" and r.frame.equals(scan_first)
+    # the refit on the later checkpoint answers as its scan does
+    refit = NeuronIndex("lstm", device="cpu").fit(later, recs)
+    r = dl.examples.topk(later, recs, "lstm", units, k=10, index=refit, device="cpu")
+    assert r.frame.equals(scan_later)
+
+
+def _rewrite(path, meta_change=None, arrays_change=None, resign=True):
+    """Rewrite an index file with its meta/arrays changed (and, if ``resign``, a valid checksum)."""
+    from dni_lab.backend.examples import index_file
+
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        arrays = {k: z[k] for k in z.files if k != "meta"}
+    signed = meta.pop("sha256")
+    (meta_change or (lambda m: None))(meta)
+    (arrays_change or (lambda a: None))(arrays)
+    meta["sha256"] = index_file._checksum(meta, arrays) if resign else signed
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def _tamperings():
+    def pickled_meta(path):
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "meta"}
+        np.savez(path, meta=np.array([{"format": 2}], dtype=object), **arrays)
+
+    def add_key(key, value):
+        return lambda path: _rewrite(path, lambda m: m.__setitem__(key, value))
+
+    def set_array(name, fn):
+        return lambda path: _rewrite(path, arrays_change=lambda a: a.__setitem__(name, fn(a[name])))
+
+    def flip_a_value(path):
+        def flip(a):
+            a["mai_values_"] = a["mai_values_"].copy()
+            a["mai_values_"][0, 0] += 1.0
+
+        _rewrite(path, arrays_change=flip, resign=False)
+
+    return {
+        "truncated to 100 bytes": (lambda p: p.write_bytes(p.read_bytes()[:100]), "truncated"),
+        "truncated by half": (
+            lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+            "truncated",
+        ),
+        "not a zip file": (lambda p: p.write_text("layer,ratio\n"), "truncated or corrupt"),
+        "pickled meta": (pickled_meta, "pickled data"),
+        "a __class__ meta key": (add_key("__class__", "NeuronIndex"), r"unknown meta .*__class__"),
+        "a method name as key": (add_key("check", 1), r"unknown meta .*'check'"),
+        "an older format": (
+            lambda p: _rewrite(p, lambda m: m.__setitem__("format", 1)),
+            "format 1; this dni_lab reads 2",
+        ),
+        "a field of the wrong type": (
+            lambda p: _rewrite(p, lambda m: m.__setitem__("width_", "12")),
+            "'width_' = '12', not int",
+        ),
+        "a missing field": (
+            lambda p: _rewrite(p, lambda m: m.pop("weights_sha256_")),
+            "lacks .*weights_sha256_",
+        ),
+        "a record id out of range": (set_array("mai_ids_", lambda a: a + 10_000), "record ids"),
+        "a wrongly shaped array": (set_array("lower_", lambda a: a[:, :-1]), "array lower_"),
+        "a value changed, no new checksum": (flip_a_value, "checksum"),
+    }
+
+
+@pytest.mark.parametrize("tamper", list(_tamperings()), ids=list(_tamperings()))
+def test_a_damaged_or_tampered_index_file_is_refused_by_name(random_case, tmp_path, tamper):
+    _, _, index = random_case
+    path = index.save(tmp_path / "layer.npz")
+    change, message = _tamperings()[tamper]
+    change(path)
+    with pytest.raises(dl.DNIError, match=message) as e:
+        NeuronIndex.load(path)
+    assert "layer.npz" in str(e.value) and "re-fit" in str(e.value)
+
+
+def test_saving_an_unbuilt_index_or_into_no_directory_is_refused(random_case, tmp_path):
+    with pytest.raises(dl.DNIError, match="not built"):
+        NeuronIndex("").save(tmp_path / "i.npz")
+    _, _, index = random_case
+    with pytest.raises(FileNotFoundError, match=r"missing.*i\.npz.*no directory"):
+        index.save(tmp_path / "missing" / "i.npz")
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from query_workloads import one_thread, toy_catalog  # noqa: F401  (one_thread: autouse)
 
@@ -28,7 +29,7 @@ def secret(tmp_path):
     [
         "SELECT (SELECT max(b) FROM read_csv('{p}')) AS x FROM models",
         "SELECT * FROM READ_CSV('{p}')",
-        'SELECT * FROM "read_csv"(\'{p}\')',
+        "SELECT * FROM \"read_csv\"('{p}')",
         "SELECT * FROM read_csv /* hidden */ ('{p}')",
         "SELECT * FROM read_parquet('{p}')",
         "SELECT * FROM read_ipc('{p}')",
@@ -59,3 +60,57 @@ def test_the_guard_ignores_strings_comments_and_look_alike_names():
     refuse_file_access("SELECT 'it''s read_csv(x)' FROM models")
     with pytest.raises(SQLEngineError, match="scan_csv"):
         refuse_file_access("SELECT * FROM scan_csv/**/('x')")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # a quote inside a quoted name once opened a fake string literal that hid the call
+        "SELECT 1 AS \"x'\", (SELECT max(b) FROM read_csv('{p}')) AS n FROM models",
+        'SELECT 1 AS "a""\'", (SELECT max(b) FROM read_csv(\'{p}\')) AS n FROM models',
+        # a backslash is a plain character in '...': the literal ends at the quote after it
+        "SELECT 'a\\' AS x, (SELECT max(b) FROM read_csv('{p}')) AS n FROM models",
+    ],
+)
+def test_quotes_inside_names_or_literals_hide_no_call(cat, secret, sql):
+    with pytest.raises(dl.QueryError, match="reads files"):
+        dl.query(sql.format(p=secret), catalog=cat, namespace={})
+
+
+@pytest.mark.parametrize(
+    ("sql", "hidden"),
+    [
+        ("SELECT $$ ' $$ AS x, read_csv('p')", True),
+        ("SELECT $t$ read_csv( $t$ AS x", False),
+        ("SELECT E'\\'' AS x, read_csv('p')", True),
+        ("SELECT E'read_csv(' AS x", False),
+        ("SELECT `x'` , read_csv('p')", True),
+        ("SELECT /* a /* b */ read_csv( */ 1", False),
+        ("SELECT /* a /* b */ */ read_csv('p')", True),
+        ("SELECT \"unterminated, read_csv('p')", True),  # an open quote fails closed
+    ],
+)
+def test_the_lexer_follows_polars_literals_names_and_comments(sql, hidden):
+    if hidden:
+        with pytest.raises(SQLEngineError, match=r"read_csv\(\.\.\.\) reads files"):
+            refuse_file_access(sql)
+    else:
+        refuse_file_access(sql)
+
+
+def test_the_plan_backstop_refuses_a_file_scan_the_lexer_missed(secret, monkeypatch):
+    from dni_lab.backend.query import sql as sql_mod
+
+    engine = sql_mod.PolarsEngine()
+    frame = pl.DataFrame({"mid": ["a"]})
+    monkeypatch.setattr(sql_mod, "refuse_file_access", lambda s: None)  # a lexer gap
+    with pytest.raises(SQLEngineError, match=r"plan \(Csv SCAN") as e:
+        engine.execute(
+            f"SELECT (SELECT max(b) FROM read_csv('{secret}')) AS n FROM t", {"t": frame}
+        )
+    assert "top-secret" not in str(e.value)
+    # in-memory frames and look-alike text pass
+    out = engine.execute(
+        "SELECT 'SCAN' AS x, 'a SCAN [b' AS y, mid AS \"SCAN\" FROM t", {"t": frame}
+    )
+    assert out.rows() == [("SCAN", "a SCAN [b", "a")]

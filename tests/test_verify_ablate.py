@@ -155,6 +155,18 @@ def test_generative_forcing_changes_what_the_model_writes():
         dl.verify.generative(model, "lstm", S, fires, decode, prompt="")
 
 
+def test_a_mistyped_option_is_refused_not_defaulted(depth_model):
+    model, S, recs, _ = depth_model
+    with pytest.raises(TypeError, match=r"ablation\(\) .* 'n_randon'.*n_random"):
+        dl.verify.ablation(model, recs, "lstm", S, n_randon=3)
+    with pytest.raises(TypeError, match=r"oracle\(\) .* 'sed'"):
+        dl.verify.oracle(model, recs, "lstm", S, hypothesis("depth"), sed=1)
+    with pytest.raises(TypeError, match=r"perturbation\(\) .* 'batchsize'"):
+        dl.verify.perturbation(model, recs, "lstm", S, hypothesis("depth"), "()", batchsize=8)
+    with pytest.raises(TypeError):  # options are keyword-only: nothing shifts silently
+        dl.verify.ablation(model, recs, "lstm", S, [2], 10)
+
+
 def test_random_unit_sets_exclude_the_tested_units():
     sets = dl.verify.random_unit_sets(16, 4, 20, [0, 1, 2, 3], np.random.default_rng(0))
     assert all(len(s) == 4 and not set(s) & {0, 1, 2, 3} for s in sets)

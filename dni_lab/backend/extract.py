@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import BehaviorError, LayerError
+from .errors import BehaviorError, DNIError, LayerError
 from .models import Model, to_device
 
 Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
@@ -34,7 +34,17 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         if mps is not None and mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise DNIError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'.") from exc
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        # torch would fail at the first transfer, deep inside a run, with an AssertionError
+        raise DNIError(
+            f"device {device!r} is not available ({torch.cuda.device_count()} CUDA devices "
+            "visible); use device='auto' (CUDA when present) or 'cpu'."
+        )
+    return dev
 
 
 @contextlib.contextmanager

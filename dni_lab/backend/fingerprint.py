@@ -97,12 +97,14 @@ def family_fingerprint(family: Any, *extra: Any) -> str | None:
     Returns None, with one :class:`FingerprintWarning` per family, when something
     it depends on cannot be hashed: such a family runs uncached.
     """
-    from .hypotheses import HypothesisFamily  # local: hypotheses imports this module
-
-    # A family held inside another (a subset, a control) must be hashable itself;
-    # private attributes are derived state (a lazily built helper family).
+    # A family held inside another (a subset, a control) must be hashable itself; it
+    # is known by the __fingerprint__ hook (HypothesisFamily defines it), so this module
+    # needs no import of hypotheses. Private attributes are derived state (a lazily
+    # built helper family).
     nested = [
-        v for k, v in vars(family).items() if isinstance(v, HypothesisFamily) and k[:1] != "_"
+        v
+        for k, v in vars(family).items()
+        if k[:1] != "_" and getattr(type(v), "__fingerprint__", None) is not None
     ]
     try:
         try:
@@ -227,7 +229,7 @@ class _Walk:
             return digest("enum", self.klass(t), obj.name)
         if isinstance(obj, _LOCKS):  # a lock's state never changes a computed value
             return "lock"
-        custom = getattr(t, "__fingerprint__", None) or _family_fingerprint_method(obj)
+        custom = getattr(t, "__fingerprint__", None)
         if custom is not None:
             fp = custom(obj)
             if not isinstance(fp, str):
@@ -335,12 +337,6 @@ class _Walk:
         finally:
             self.path.pop()
         return digest("object", *head, *tail)
-
-
-def _family_fingerprint_method(obj: Any) -> Any:
-    from .hypotheses import HypothesisFamily  # local: hypotheses imports this module
-
-    return type(obj).fingerprint if isinstance(obj, HypothesisFamily) else None
 
 
 def _cell(cell: Any) -> Any:

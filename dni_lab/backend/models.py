@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import LayerError, did_you_mean
+from .errors import DNIError, LayerError, did_you_mean
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _SUB = re.compile(r"^(?P<base>.+?)\.l(?P<k>\d+)(?P<cell>\.cell)?$|^(?P<base2>.+?)\.cell$")
@@ -31,7 +31,13 @@ def default_symbols(record: Any) -> int:
     shape = getattr(record, "shape", None)
     if shape is not None and len(shape) >= 2:
         return int(shape[-1] * shape[-2])
-    return len(record)
+    try:
+        return len(record)
+    except TypeError:
+        raise DNIError(
+            f"a record of type {type(record).__name__} ({record!r:.40}) has no length, so its "
+            "symbols cannot be counted; pass Model(..., symbols=fn), fn(record) -> symbols."
+        ) from None
 
 
 class Model:

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -134,6 +134,27 @@ class InspectParams:
         elif isinstance(self.cache, Path):
             out["cache"] = str(self.cache)
         return out
+
+
+_Options = TypeVar("_Options")
+
+
+def keyword_options(cls: type[_Options], func: str, options: dict[str, Any]) -> _Options:
+    """``cls(**options)``: a function's shared keyword options as one frozen dataclass.
+
+    A signature ``f(..., **options: Unpack[SomeOptions])`` accepts any keyword at run
+    time; this refuses an unknown one as Python refuses an unknown named parameter,
+    naming ``func`` and the options it takes, so a typo (``n_randon=3``) never falls
+    back silently to a default.
+    """
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        raise TypeError(
+            f"{func}() got an unexpected keyword argument {unknown[0]!r}; "
+            f"its options are {', '.join(names)}."
+        )
+    return cls(**options)
 
 
 def problem(name: str, value: Any) -> str | None:

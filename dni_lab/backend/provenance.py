@@ -20,6 +20,8 @@ import polars as pl
 import torch
 from torch import nn
 
+from .._version import __version__
+
 _RECORDS: dict[int, dict[str, Any]] = {}
 
 
@@ -44,8 +46,6 @@ def provenance(frame: pl.DataFrame) -> dict[str, Any] | None:
 
 def versions() -> dict[str, str]:
     """Versions of what computed the scores."""
-    from .. import __version__
-
     return {
         "dni_lab": __version__,
         "torch": torch.__version__,

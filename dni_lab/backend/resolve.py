@@ -8,7 +8,7 @@ unit indices to extract, stable uids, and the unit groups of joint measures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .cache import HypothesisCache
-from .errors import DNIError, HypothesisError, LayerError, did_you_mean
+from .errors import DNIError, HypothesisError, LayerError, MeasureError, did_you_mean
 from .extract import as_indices
 from .frames import UnitLabels
 from .hypotheses import HypothesisFamily, HypothesisInfo, as_family
@@ -107,6 +107,8 @@ def as_measures(measures: Any) -> list[Measure]:
     if isinstance(measures, (str, Measure)) or callable(measures):
         measures = [measures]
     out = [get_measure(m) for m in measures]
+    if not out:  # an empty frame would look like "no unit matched"
+        raise MeasureError("no measures given; pass measures=['corr'] (or other names).")
     names = [m.name for m in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -211,9 +213,14 @@ def as_records(data: Any) -> Any:
 
     Accepts Polars frames and series, anything with ``__arrow_c_stream__`` or
     ``__arrow_c_array__`` (pyarrow tables, arrays and chunked arrays), pandas
-    series and frames, and Hugging Face ``Dataset`` objects; a table must hold
-    exactly one column.
+    series and frames, Hugging Face ``Dataset`` objects and mappings of columns
+    (``{"text": [...]}``); a table must hold exactly one column.
     """
+    if data is None:
+        raise DNIError("data is None; pass the records: a list, an iterable or one column.")
+    if isinstance(data, Mapping):  # {"text": [...]}: a table of one column, as a frame
+        _one_column([str(c) for c in data])
+        return as_records(next(iter(data.values())))
     if hasattr(data, "column_names") and hasattr(data, "select_columns"):  # a HF Dataset
         _one_column(list(data.column_names))
         return data[data.column_names[0]]

@@ -12,15 +12,18 @@ Built once from one pass over the dataset, the index keeps, per unit (neuron):
 The index does not keep every activation: a query gets exact values by running
 the model on candidate records (see :mod:`.nta`). It is saved as one
 ``.npz`` of plain arrays (read with ``allow_pickle=False``; never pickle),
-written to a temporary file and renamed, so a crash never leaves half an index.
+written to a temporary file and renamed, so a crash never leaves half an index
+(see :mod:`.index_file`).
+
+An index answers for the model it was fitted on: it keeps the model's name and a
+hash of its weights, and a query with another checkpoint is refused (its top-k
+would silently come from the wrong weights).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,9 @@ import numpy as np
 from ..cache import block_key
 from ..errors import DNIError
 from ..models import Model
+from ..provenance import weights_sha256
 from .acts import Activations
-
-FORMAT = 1
+from .index_file import load_index, save_index
 
 
 def pack_ids(ids: np.ndarray, bits: int) -> np.ndarray:
@@ -85,16 +88,23 @@ class NeuronIndex:
         """Run the model once over ``records`` and build both indexes."""
         if not 0 <= self.ratio <= 1 or self.n_partitions < 1:
             raise DNIError("ratio must lie in [0, 1] and n_partitions be at least 1.")
+        if len(records) == 0:
+            raise DNIError("no records to index; pass the dataset the queries will search.")
         ev = Activations(
             model, records, self.layer, None, self.symbol_agg, self.batch_size, self.device
         )
         acts = ev(np.arange(len(records)))
-        return self.fit_activations(acts, ev.address_, model.name, block_key(records))
+        weights = weights_sha256(model.module)
+        return self.fit_activations(acts, ev.address_, model.name, block_key(records), weights)
 
     def fit_activations(
-        self, acts: np.ndarray, address: str, model_name: str, digest: str
+        self, acts: np.ndarray, address: str, model_name: str, digest: str, weights: str
     ) -> NeuronIndex:
-        """Build from precomputed ``(records, units)`` activations (what :meth:`fit` extracts)."""
+        """Build from precomputed ``(records, units)`` activations (what :meth:`fit` extracts).
+
+        ``weights`` is the :func:`~dni_lab.backend.provenance.weights_sha256` of the
+        model that computed ``acts``; queries with other weights are refused.
+        """
         N, D = acts.shape
         P = max(1, min(self.n_partitions, N))
         m = min(N, math.ceil(self.ratio * N))
@@ -115,81 +125,77 @@ class NeuronIndex:
             packed.append(pack_ids(np.searchsorted(edges, rank, side="right") - 1, self.bits_))
         self.partitions_ = np.stack(packed) if packed else np.zeros((0, 0), np.uint8)
         self.n_records_, self.width_, self.n_partitions_ = N, D, P
-        self.address_, self.model_name_, self.digest_ = address, model_name, digest
+        self.address_ = address
+        self.model_name_ = model_name
+        self.digest_ = digest
+        self.weights_sha256_ = weights
         return self
+
+    def _check_built(self) -> None:
+        if not hasattr(self, "digest_"):
+            raise DNIError("the index is not built; call NeuronIndex(...).fit(model, records).")
 
     def partition_ids(self, unit: int) -> np.ndarray:
         """Partition id (0 = lowest activations) of every record for ``unit``."""
         return unpack_ids(self.partitions_[unit], self.n_records_, self.bits_)
 
-    def check(self, model: Model, records: Sequence[Any], address: str, symbol_agg: str) -> None:
-        """Raise if the index was not built for this layer, aggregation and dataset."""
-        if not hasattr(self, "digest_"):
-            raise DNIError("the index is not built; call NeuronIndex(...).fit(model, records).")
+    def check(
+        self,
+        model: Model,
+        records: Sequence[Any],
+        address: str,
+        width: int | None,
+        symbol_agg: str,
+    ) -> None:
+        """Raise unless the index was fitted on this model, layer, aggregation and dataset.
+
+        The model must be the same checkpoint: same name and same weights (hashed
+        now and at fit time), so that an index never answers for other weights.
+        """
+        self._check_built()
         problems = []
+        weights = weights_sha256(model.module)
+        if model.name != self.model_name_ or weights != self.weights_sha256_:
+            why = (
+                "the same weights under another name, which may encode records differently"
+                if weights == self.weights_sha256_
+                else "another checkpoint: its answers would come from other weights"
+            )
+            problems.append(
+                f"model {model.name!r} with weights {weights[:12]} (index: fitted on model "
+                f"{self.model_name_!r} with weights {self.weights_sha256_[:12]}; {why})"
+            )
         if address != self.address_:
             problems.append(f"layer {address!r} (index: {self.address_!r})")
+        if width is not None and width != self.width_:
+            problems.append(f"{width} units in the layer (index: {self.width_})")
         if symbol_agg != self.symbol_agg:
             problems.append(f"symbol_agg {symbol_agg!r} (index: {self.symbol_agg!r})")
         if len(records) != self.n_records_ or block_key(records) != self.digest_:
             problems.append(f"records ({len(records)} given; the index holds {self.n_records_})")
         if problems:
             raise DNIError(
-                f"the index does not match the query: {'; '.join(problems)}. Rebuild it."
+                f"the index does not match the query: {'; '.join(problems)}. Re-fit it on "
+                f"this model and records: NeuronIndex({self.layer!r}, ...).fit(model, records)."
             )
 
-    # -- persistence ---------------------------------------------------------------
-    def _meta(self) -> dict[str, Any]:
-        keys = ("layer", "ratio", "n_partitions", "symbol_agg", "batch_size")
-        learned = (
-            "n_records_",
-            "width_",
-            "n_partitions_",
-            "bits_",
-            "address_",
-            "model_name_",
-            "digest_",
-        )
-        return {"format": FORMAT, **{k: getattr(self, k) for k in keys + learned}}
-
+    # -- persistence (the file format and its checks live in .index_file) ------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index to ``path`` (``.npz``) atomically."""
-        path = Path(path)
-        arrays = {
-            k: getattr(self, k)
-            for k in ("mai_ids_", "mai_values_", "lower_", "upper_", "partitions_")
-        }
-        arrays["meta"] = np.array(json.dumps(self._meta()))
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        """Write the index to ``path`` (``.npz`` of plain arrays) atomically."""
+        self._check_built()
+        return save_index(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NeuronIndex:
-        """Read an index written by :meth:`save` (no pickle involved)."""
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != FORMAT:
-                raise DNIError(f"{path} holds index format {meta.get('format')}, not {FORMAT}.")
-            idx = cls(
-                meta["layer"],
-                meta["ratio"],
-                meta["n_partitions"],
-                meta["symbol_agg"],
-                meta["batch_size"],
-            )
-            for k in ("mai_ids_", "mai_values_", "lower_", "upper_", "partitions_"):
-                setattr(idx, k, z[k])
-        for k, v in meta.items():
-            if k.endswith("_"):
-                setattr(idx, k, v)
-        return idx
+        """Read an index written by :meth:`save`, checking every field (no pickle involved).
+
+        Raises
+        ------
+        DNIError
+            The file is truncated or corrupt, holds pickled data, another format
+            version, an unknown field or arrays that disagree with its fields.
+        """
+        return load_index(cls, path)
 
     def __repr__(self) -> str:
         built = (

@@ -22,20 +22,63 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import polars as pl
 import torch
 
 from ..behaviors import check_units
+from ..errors import DNIError
 from ..models import Model
+from ..params import keyword_options
 from .acts import Activations, choice
 from .nta import nta_knn, nta_topk
 from .scoring import best, distances, group_score
 
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
+
 GROUP_AGGS = ("sum", "mean", "max")
 METRICS = ("l2", "cosine")
+
+
+class ExampleOptions(TypedDict, total=False):
+    """Keyword options of :func:`topk` and :func:`knn` (unknown keywords raise ``TypeError``).
+
+    Attributes
+    ----------
+    symbol_agg : {"max", "mean", "last"}
+        A record's activation of a unit from its symbols' (see the module docstring;
+        default ``"max"``). An index must have been built with the same.
+    batch_size : int
+        Records per forward pass (default 256).
+    device : str or torch.device
+        Where the model runs (default ``"auto"``).
+    mai_chunk : int or None
+        Records per MAI segment read by the NTA (default ``max(k, 32)``, at most a
+        partition); smaller chunks read fewer records in more rounds.
+    """
+
+    symbol_agg: str
+    batch_size: int
+    device: str | torch.device
+    mai_chunk: int | None
+
+
+@dataclass(frozen=True)
+class _Options:
+    """:class:`ExampleOptions` resolved, with their defaults."""
+
+    symbol_agg: str = "max"
+    batch_size: int = 256
+    device: str | torch.device = "auto"
+    mai_chunk: int | None = None
+
+    def activations(self, model: Model, records: Sequence[Any], layer, units) -> Activations:
+        return Activations(
+            model, records, layer, units, self.symbol_agg, self.batch_size, self.device
+        )
 
 
 @dataclass
@@ -80,10 +123,16 @@ def _frame(ids, values, col) -> pl.DataFrame:
     )
 
 
-def _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device) -> Activations:
-    ev = Activations(model, records, layer, units, symbol_agg, batch_size, device)
-    if index is not None:
-        index.check(model, records, ev.resolve()[0], symbol_agg)
+def _check_k(k: Any) -> None:
+    # k=-1 once sliced off the last record instead of failing
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise DNIError(f"k must be a positive whole number of records, got {k!r}.")
+
+
+def _evaluator(model, records, layer, units, index, opts: _Options) -> Activations:
+    ev = opts.activations(model, records, layer, units)
+    if index is not None:  # before any answer: an index of other weights or data is refused
+        index.check(model, records, *ev.resolve(), opts.symbol_agg)
     return ev
 
 
@@ -95,10 +144,7 @@ def topk(
     k: int = 10,
     agg: str = "sum",
     index: Any = None,
-    symbol_agg: str = "max",
-    batch_size: int = 256,
-    device: str | torch.device = "auto",
-    mai_chunk: int | None = None,
+    **options: Unpack[ExampleOptions],
 ) -> ExampleResult:
     """The ``k`` records with the highest group activation (``agg`` over ``units``).
 
@@ -113,16 +159,12 @@ def topk(
     agg : {"sum", "mean", "max"}
         A record's group activation from its units' activations.
     index : NeuronIndex, optional
-        A fitted index of ``layer`` over the same records and ``symbol_agg``: the
-        Neural Threshold Algorithm answers, running the model on candidates only.
-        Without it, a full scan answers. Both give the same records and scores.
-    symbol_agg : {"max", "mean", "last"}
-        A record's activation of a unit from its symbols' (see the module docstring).
-    batch_size, device
-        Records per forward pass, and where the model runs.
-    mai_chunk : int, optional
-        Records per MAI segment read by the NTA (default: ``max(k, 32)``, at most a
-        partition); smaller chunks read fewer records in more rounds.
+        An index fitted on this model (same weights), ``layer``, records and
+        ``symbol_agg``: the Neural Threshold Algorithm answers, running the model on
+        candidates only. Without it, a full scan answers. Both give the same records
+        and scores; an index of another checkpoint or dataset is refused.
+    **options
+        :class:`ExampleOptions`: ``symbol_agg``, ``batch_size``, ``device``, ``mai_chunk``.
 
     Returns
     -------
@@ -130,9 +172,11 @@ def topk(
         ``frame`` (``rank``, ``record``, ``score``; ties go to the lower record),
         ``evaluated`` records, time and method.
     """
+    opts = keyword_options(_Options, "topk", options)
     choice(agg, GROUP_AGGS, "group aggregation")
+    _check_k(k)
     t0 = time.perf_counter()
-    ev = _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device)
+    ev = _evaluator(model, records, layer, units, index, opts)
     if index is None:
         ids, vals = best(
             np.arange(len(records)), group_score(ev(np.arange(len(records))), agg), k, True
@@ -140,7 +184,7 @@ def topk(
         stats: dict[str, Any] = {}
     else:
         ids, vals, stats = nta_topk(
-            index, ev, check_units(units, index.width_, index.address_), k, agg, mai_chunk
+            index, ev, check_units(units, index.width_, index.address_), k, agg, opts.mai_chunk
         )
     return ExampleResult(
         _frame(ids, vals, "score"),
@@ -161,10 +205,7 @@ def knn(
     k: int = 10,
     metric: str = "l2",
     index: Any = None,
-    symbol_agg: str = "max",
-    batch_size: int = 256,
-    device: str | torch.device = "auto",
-    mai_chunk: int | None = None,
+    **options: Unpack[ExampleOptions],
 ) -> ExampleResult:
     """The ``k`` records nearest to ``target`` in the group's activation space.
 
@@ -177,7 +218,7 @@ def knn(
         Distance between group activation vectors. With ``index``, L2 is answered
         by the Neural Threshold Algorithm; cosine distance has no per-unit bound,
         so it always scans (``stats["reason"]`` says so).
-    model, records, layer, units, k, index, symbol_agg, batch_size, device, mai_chunk
+    model, records, layer, units, k, index, **options
         As in :func:`topk`.
 
     Returns
@@ -186,19 +227,26 @@ def knn(
         ``frame`` (``rank``, ``record``, ``distance``), ``evaluated`` records, time
         and method.
     """
+    opts = keyword_options(_Options, "knn", options)
     choice(metric, METRICS, "metric")
+    _check_k(k)
     t0 = time.perf_counter()
-    ev = _evaluator(model, records, layer, units, index, symbol_agg, batch_size, device)
+    ev = _evaluator(model, records, layer, units, index, opts)
     own = int(target) if isinstance(target, (int, np.integer)) else None
+    if own is not None and not 0 <= own < len(records):  # -1 would wrap to the last record
+        raise DNIError(
+            f"target {own} is not a position in the records (0..{len(records) - 1}); pass a "
+            "position, or the record itself to search from an outside record."
+        )
     if own is None:  # an outside record: one extra model evaluation
-        ev1 = Activations(model, [target], layer, units, symbol_agg, batch_size, device)
+        ev1 = opts.activations(model, [target], layer, units)
         tvec, ev.evaluated_ = ev1([0])[0], ev.evaluated_ + 1
     stats: dict[str, Any] = {}
     if index is not None and metric == "l2":
         sel = check_units(units, index.width_, index.address_)
         if own is not None:
             tvec = ev([own])[0]
-        ids, vals, stats = nta_knn(index, ev, sel, tvec, k, own, mai_chunk)
+        ids, vals, stats = nta_knn(index, ev, sel, tvec, k, own, opts.mai_chunk)
         method = "nta"
     else:
         if index is not None:

@@ -18,6 +18,7 @@ import difflib
 from typing import Any
 
 from ..errors import did_you_mean
+from .errors import QueryError
 from .nodes import FromItem, InspectClause, MeasureSpec, Query, Ref, split_top
 from .tokens import tokenize
 
@@ -34,6 +35,8 @@ def parse(text: str) -> Query:
     QueryError
         With the position of the first token that does not fit.
     """
+    if not isinstance(text, str):
+        raise QueryError(f"a query is SQL text (a str), not {type(text).__name__}.")
     q = Query(text, tokenize(text))
     _split_clauses(q)
     if "INSPECT" in q.clauses:

@@ -28,24 +28,78 @@ class RelationalEngine(Protocol):
 
 
 class PolarsEngine:
-    """:class:`RelationalEngine` on ``polars.SQLContext`` (eager)."""
+    """:class:`RelationalEngine` on ``polars.SQLContext``.
+
+    Two guards keep a query inside the catalog: the statement's code is scanned for
+    file-reading table functions before Polars sees it, and the plan Polars builds
+    is checked for any file scan before it runs (a backstop for spellings the scan
+    might miss: only in-memory frames may be read).
+    """
 
     def execute(self, sql: str, tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         refuse_file_access(sql)
-        ctx = pl.SQLContext(dict(tables), eager=True)
+        ctx = pl.SQLContext(dict(tables), eager=False)
         try:
-            return ctx.execute(sql)
+            plan = ctx.execute(sql)
+            if isinstance(plan, pl.LazyFrame):
+                refuse_file_scan(plan.explain(optimized=False))
+                plan = plan.collect()
+            return plan
         except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
             raise SQLEngineError(first_line(str(exc))) from exc
 
 
-# String literals and comments are blanked first (their contents never match, and a comment
-# between a name and its parenthesis hides nothing); then a call of a name starting with
-# read_ or scan_, bare or quoted: Polars' table functions that open files.
-_SKIP = r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/"
-_FILE_CALL = r"(?P<name>[\"`]?\b(?:read|scan)_\w*[\"`]?)\s*\("
-_SKIP_RE = re.compile(_SKIP, re.DOTALL)
-_FILE_CALL_RE = re.compile(_FILE_CALL, re.IGNORECASE)
+# The lexer mirrors Polars' SQL parser (sqlparser-rs, generic dialect): '...' with ''
+# for a quote (a backslash is a plain character), E'...' with backslash escapes,
+# $tag$...$tag$, "..." and `...` names, -- and nested /* */ comments. Literals are
+# emptied and comments blanked, so their contents never match; a quoted name keeps its
+# letters, so "read_csv"( is still a call. Anything unterminated stays code: the scan
+# fails closed.
+_LEXEMES = re.compile(
+    r"""(?P<str>(?<![\w$])[eE]'(?:[^'\\]|''|\\.)*'|'(?:[^']|'')*'"""
+    r"""|\$(?P<tag>(?:[A-Za-z_]\w*)?)\$.*?\$(?P=tag)\$)"""
+    r"""|(?P<name>"(?:[^"]|"")*"|`(?:[^`]|``)*`)"""
+    r"""|(?P<line>--[^\n]*)|(?P<block>/\*)""",
+    re.DOTALL,
+)
+_FILE_CALL_RE = re.compile(r"\b(?P<name>(?:read|scan)_\w*)\s*\(", re.IGNORECASE)
+_SCAN_RE = re.compile(r"^\s*(?:\w+\s+)?SCAN\b")  # a plan node line: 'Csv SCAN [path]'
+
+
+def code_only(sql: str) -> str:
+    """``sql`` with literals emptied, comments blanked and quoted names unquoted."""
+    out, pos = [], 0
+    while (m := _LEXEMES.search(sql, pos)) is not None:
+        out.append(sql[pos : m.start()])
+        if m.group("str") is not None:
+            out.append("''")
+            pos = m.end()
+        elif m.group("name") is not None:  # keep a name's letters: "read_csv" is read_csv
+            out.append(re.sub(r"\W", "_", m.group("name")[1:-1]) or "_")
+            pos = m.end()
+        elif m.group("line") is not None:
+            out.append(" ")
+            pos = m.end()
+        else:
+            pos = _block_end(sql, m.start())
+            out.append(" ")
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def _block_end(sql: str, start: int) -> int:
+    """End of the (nestable) block comment opening at ``start``; the text's end if open."""
+    depth, i = 0, start
+    while i < len(sql):
+        pair = sql[i : i + 2]
+        if pair in ("/*", "*/"):
+            depth += 1 if pair == "/*" else -1
+            i += 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return len(sql)  # unterminated: Polars rejects it, and nothing after it is code
 
 
 def refuse_file_access(sql: str) -> None:
@@ -60,15 +114,24 @@ def refuse_file_access(sql: str) -> None:
     SQLEngineError
         Naming the function and what a query may read instead.
     """
-    code = _SKIP_RE.sub(lambda m: "''" if m.group(0).startswith("'") else " ", sql)
-    m = _FILE_CALL_RE.search(code)
+    m = _FILE_CALL_RE.search(code_only(sql))
     if m:
-        name = m.group("name").strip('"`')
-        raise SQLEngineError(
-                f"{name}(...) reads files, and a query may only read the catalog's relations "
-                "(models, units, hypotheses, inputs and what you registered); load the file in "
-                "Python and register it with catalog.add_inputs(...) instead."
-            )
+        raise SQLEngineError(_refusal(f"{m.group('name')}(...)"))
+
+
+def refuse_file_scan(plan: str) -> None:
+    """Raise if a Polars plan (``LazyFrame.explain()``) scans anything but in-memory frames."""
+    for line in plan.splitlines():
+        if _SCAN_RE.search(line):
+            raise SQLEngineError(_refusal(f"the query's plan ({line.strip()[:60]})"))
+
+
+def _refusal(what: str) -> str:
+    return (
+        f"{what} reads files, and a query may only read the catalog's relations "
+        "(models, units, hypotheses, inputs and what you registered); load the file in "
+        "Python and register it with catalog.add_inputs(...) instead."
+    )
 
 
 def first_line(message: str) -> str:

@@ -20,7 +20,7 @@ controls, stats, rules, common); this module is their public face.
 from __future__ import annotations
 
 from .ablate import ablation, next_symbol_accuracy, oracle
-from .common import Verification, random_unit_sets
+from .common import RandomSetOptions, Verification, random_unit_sets
 from .controls import (
     ControlTask,
     control_task,
@@ -46,6 +46,7 @@ __all__ = [
     "CHAR_CLASSES",
     "WORD_CLASSES",
     "ControlTask",
+    "RandomSetOptions",
     "SwapRules",
     "Verification",
     "ablation",

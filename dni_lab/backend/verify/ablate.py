@@ -12,7 +12,7 @@ its own values, and better than with random units forced to the same pattern.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -23,7 +23,10 @@ from ..errors import DNIError
 from ..extract import on_device, resolve_device
 from ..hypotheses import hypothesis_block
 from ..models import Model
+from ..params import keyword_options
 from .common import (
+    RandomSetOptions,
+    RandomSets,
     Verification,
     address_and_width,
     batches,
@@ -35,6 +38,9 @@ from .common import (
     symbols_of,
 )
 from .force import force_units
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 #: ``evaluate(records, output, device) -> (sum of per-item scores, number of items)`` per batch.
 Evaluate = Callable[[list[Any], torch.Tensor, torch.device], tuple[float, int]]
@@ -112,21 +118,18 @@ def _score(model, records, addr, units, values, evaluate, dev, batch_size) -> fl
 
 def _compare(
     name: str,
-    model,
-    records,
-    layer,
-    units,
-    ks,
-    n_random,
-    evaluate,
-    exclude,
-    seed,
-    device,
-    batch_size,
+    model: Model,
+    records: Sequence[Any],
+    layer: str | int,
+    units: Sequence[int],
+    ks: Sequence[int] | None,
+    evaluate: Evaluate | None,
+    draws: RandomSets,
     values_for: Callable[[np.ndarray], Any],
 ) -> Verification:
     """Score top-k units and random k-sets under the intervention ``values_for(unit_set)``."""
-    dev, rng = resolve_device(device), np.random.default_rng(seed)
+    dev, rng = resolve_device(draws.device), np.random.default_rng(draws.seed)
+    batch_size = draws.batch_size
     with on_device(model, dev):
         addr, width = address_and_width(model, layer, records, dev)
         ranked = check_units(units, width, addr)
@@ -139,7 +142,9 @@ def _compare(
         for k in ks:
             sets = [
                 ranked[:k],
-                *random_unit_sets(width, k, n_random, ranked[:k] if exclude else [], rng),
+                *random_unit_sets(
+                    width, k, draws.n_random, ranked[:k] if draws.exclude else [], rng
+                ),
             ]
             for d, s in enumerate(sets):
                 score = _score(
@@ -188,12 +193,9 @@ def ablation(
     layer: str | int,
     units: Sequence[int],
     ks: Sequence[int] | None = None,
-    n_random: int = 10,
+    *,
     evaluate: Evaluate | None = None,
-    exclude: bool = True,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    batch_size: int = 256,
+    **options: Unpack[RandomSetOptions],
 ) -> Verification:
     """Remove top-k: zero the first ``k`` of ``units`` vs ``k`` random units; task score each.
 
@@ -206,8 +208,9 @@ def ablation(
     evaluate : callable, optional
         ``evaluate(records, output, device) -> (score sum, items)`` per batch;
         default :func:`next_symbol_accuracy`.
-    n_random, exclude, seed
-        Random k-sets per k, drawn outside the top k when ``exclude``.
+    **options
+        :class:`RandomSetOptions`: ``n_random`` random k-sets per k, drawn outside
+        the top k when ``exclude``; ``seed``, ``device``, ``batch_size``.
 
     Returns
     -------
@@ -216,21 +219,13 @@ def ablation(
         ``summary``: ``baseline`` and ``per_k`` (top score, random mean/std, and the
         empirical p-value of the top set scoring this low among random sets).
     """
-    return _compare(
-        "ablation",
-        model,
-        records,
-        layer,
-        units,
-        ks,
-        n_random,
-        evaluate,
-        exclude,
-        seed,
-        device,
-        batch_size,
-        lambda s: 0.0,
-    )
+    draws = keyword_options(RandomSets, "ablation", options)
+    return _compare("ablation", model, records, layer, units, ks, evaluate, draws, _zeros)
+
+
+def _zeros(unit_set: np.ndarray) -> float:
+    """Ablation's intervention: the units' value is 0 at every symbol."""
+    return 0.0
 
 
 def oracle(
@@ -241,12 +236,9 @@ def oracle(
     hypothesis: Any,
     ks: Sequence[int] | None = None,
     signs: Sequence[float] | None = None,
-    n_random: int = 10,
+    *,
     evaluate: Evaluate | None = None,
-    exclude: bool = True,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    batch_size: int = 256,
+    **options: Unpack[RandomSetOptions],
 ) -> Verification:
     """Oracle-k: force the top ``k`` units to the hypothesis pattern scaled to [-1, 1].
 
@@ -257,9 +249,10 @@ def oracle(
     k-sets get the same pattern with the signs of their own correlations.
     Other parameters and the result as in :func:`ablation`.
     """
+    draws = keyword_options(RandomSets, "oracle", options)
     fam = single_signal(hypothesis)
     n_sym = [model.symbols(r) for r in records]
-    lo, hi = _signal_range(fam, records, n_sym, batch_size)
+    lo, hi = _signal_range(fam, records, n_sym, draws.batch_size)
     if hi <= lo:
         raise DNIError(
             f"hypothesis {fam.name!r} is constant over the records; no pattern to force."
@@ -272,7 +265,7 @@ def oracle(
             records,
             units=[(layer, "*")],
             eps=None,
-            device=device,
+            device=draws.device,
             cache=False,
         )
         sign_of = np.sign(np.nan_to_num(f.sort("unit")["unit_score"].to_numpy())) + 0.0
@@ -294,18 +287,4 @@ def oracle(
 
         return per_batch
 
-    return _compare(
-        "oracle",
-        model,
-        records,
-        layer,
-        units,
-        ks,
-        n_random,
-        evaluate,
-        exclude,
-        seed,
-        device,
-        batch_size,
-        values_for,
-    )
+    return _compare("oracle", model, records, layer, units, ks, evaluate, draws, values_for)

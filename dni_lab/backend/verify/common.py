@@ -8,7 +8,8 @@ sets pass as well says nothing about the hypothesis.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import polars as pl
@@ -25,6 +26,44 @@ from ..errors import HypothesisError
 from ..extract import to_device
 from ..hypotheses import HypothesisFamily, as_family, evaluate_family
 from ..models import Model, _first_tensor
+
+
+class RandomSetOptions(TypedDict, total=False):
+    """Keyword options of the checks that compare the units with random unit sets.
+
+    :func:`ablation`, :func:`oracle` and :func:`perturbation` take them as
+    ``**options``; unknown keywords raise ``TypeError``.
+
+    Attributes
+    ----------
+    n_random : int
+        Random unit sets of the same size (default 10).
+    exclude : bool
+        Draw them from the layer's units outside the set under test (default True).
+    seed : int
+        Seeds every random draw of the check (default 0).
+    device : str or torch.device
+        Where the model runs (default ``"auto"``).
+    batch_size : int
+        Records per forward pass (default 256).
+    """
+
+    n_random: int
+    exclude: bool
+    seed: int
+    device: str | torch.device
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class RandomSets:
+    """:class:`RandomSetOptions` resolved, with their defaults (see there)."""
+
+    n_random: int = 10
+    exclude: bool = True
+    seed: int = 0
+    device: str | torch.device = "auto"
+    batch_size: int = 256
 
 
 class Verification(NamedTuple):

@@ -17,7 +17,7 @@ label explicitly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -26,7 +26,10 @@ import torch
 from ..errors import DNIError, HypothesisError
 from ..extract import on_device, resolve_device
 from ..models import Model
+from ..params import keyword_options
 from .common import (
+    RandomSetOptions,
+    RandomSets,
     Verification,
     address_and_width,
     check_units,
@@ -39,6 +42,9 @@ from .common import (
     symbols_of,
 )
 from .rules import Rules, candidates
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 
 def silhouette_score(X: np.ndarray, labels: np.ndarray) -> float:
@@ -133,14 +139,11 @@ def perturbation(
     units: Sequence[int],
     hypothesis: Any,
     rules: Rules,
-    n_random: int = 10,
+    *,
     max_pairs: int = 500,
     per_record: int = 1,
     tol: float = 1e-6,
-    exclude: bool = True,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    batch_size: int = 256,
+    **options: Unpack[RandomSetOptions],
 ) -> Verification:
     """Baseline vs treatment swaps; silhouette of the units' activation changes vs random sets.
 
@@ -155,16 +158,14 @@ def perturbation(
     rules : SwapRules, vocabulary, mapping or function
         Candidate replacements (see :func:`candidates`); the library supplies
         :func:`char_classes`, :func:`word_classes` and :func:`grammar_terminals`.
-    n_random : int
-        Random unit sets of the same size, drawn from the layer's other units.
     max_pairs, per_record : int
         At most ``max_pairs`` baseline/treatment pairs, ``per_record`` positions per record.
     tol : float
         Hypothesis values closer than ``tol`` count as unchanged.
-    exclude : bool
-        Draw random sets from units outside ``units``.
-    seed : int
-        Seeds the draws of records, positions, candidates and random sets.
+    **options
+        :class:`RandomSetOptions`: ``n_random`` random unit sets of the same size,
+        drawn outside ``units`` when ``exclude``; ``seed`` (it seeds the draws of
+        records, positions, candidates and random sets), ``device``, ``batch_size``.
 
     Returns
     -------
@@ -174,7 +175,9 @@ def perturbation(
         units, ``random_silhouettes`` and their mean/std, the empirical ``p_value`` of
         the units' silhouette among the random sets', counts, and ``sets`` (a frame).
     """
-    dev, rng = resolve_device(device), np.random.default_rng(seed)
+    draws = keyword_options(RandomSets, "perturbation", options)
+    dev, rng = resolve_device(draws.device), np.random.default_rng(draws.seed)
+    batch_size = draws.batch_size
     fam = single_signal(hypothesis)
     with on_device(model, dev):
         addr, width = address_and_width(model, layer, records, dev)
@@ -190,7 +193,7 @@ def perturbation(
         before = _acts_at(model, addr, dev, [records[r["record"]] for r in rows], pos, batch_size)
     delta = after - before
     labels = np.array([r["kind"] == "treatment" for r in rows])
-    sets = [U, *random_unit_sets(width, len(U), n_random, U if exclude else [], rng)]
+    sets = [U, *random_unit_sets(width, len(U), draws.n_random, U if draws.exclude else [], rng)]
     sil = [silhouette_score(delta[:, s], labels) for s in sets]
     frame = pl.DataFrame(rows).with_columns(
         delta_norm=pl.Series(np.linalg.norm(delta[:, U], axis=1)),

@@ -110,4 +110,10 @@ def candidates(rules: Rules, record: Any, k: int) -> list[tuple[Any, str | None]
         return [(s, None) for s in v]
     if callable(rules):
         return [c if isinstance(c, tuple) else (c, None) for c in rules(record, k)]
-    return SwapRules(rules).candidates(record, k)
+    if isinstance(rules, (str, Sequence, set, frozenset)):
+        return SwapRules(rules).candidates(record, k)
+    raise DNIError(
+        f"rules {rules!r} are not swap rules; pass SwapRules (e.g. char_classes('digit')), a "
+        "vocabulary (str or list), a mapping symbol -> replacements, or a function "
+        "(record, k) -> replacements."
+    )

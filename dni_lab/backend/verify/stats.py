@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..errors import DNIError
 from ..extract import Extractor, on_device, resolve_device, symbol_mask
 from ..frames import score_rows
 from ..hypotheses import hypothesis_block
@@ -46,6 +47,11 @@ def bh_qvalues(p: Sequence[float] | np.ndarray) -> np.ndarray:
     p = np.asarray(p, dtype=float)
     q = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
+    bad = ok & ((p < 0) | (p > 1))
+    if bad.any():  # a score or a -log p passed by mistake would give plausible q-values
+        i = int(np.flatnonzero(bad.ravel())[0])
+        value = float(p.ravel()[i])
+        raise DNIError(f"p-values must lie in [0, 1]; got {value!r} at position {i}.")
     m = int(ok.sum())
     if m == 0:
         return q
