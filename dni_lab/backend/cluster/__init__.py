@@ -1,0 +1,12 @@
+"""One inspection sharded over a Ray cluster (``dl.inspect(..., cluster=...)``).
+
+``shards`` cuts the data into the single-process loop's blocks and moves measure
+states between machines, ``worker`` is the actor that keeps the models resident and
+folds a shard into fresh states, ``driver`` deals shards and merges the states in
+record order, and ``connect`` finds (or starts) the Ray to run on.
+"""
+
+from .connect import shutdown
+from .driver import run_sharded
+
+__all__ = ["run_sharded", "shutdown"]
