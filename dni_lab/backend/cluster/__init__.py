@@ -6,7 +6,13 @@ folds a shard into fresh states, ``driver`` deals shards and merges the states i
 record order, and ``connect`` finds (or starts) the Ray to run on.
 """
 
-from .connect import shutdown
-from .driver import run_sharded
+from . import connect as _connect
+from .driver import forget_workers, run_sharded
 
 __all__ = ["run_sharded", "shutdown"]
+
+
+def shutdown() -> None:
+    """Kill the workers kept between runs and stop the local Ray a run started."""
+    forget_workers()
+    _connect.shutdown()

@@ -11,6 +11,7 @@ stopping point are dropped.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 from ..engine import Inspection
 from ..errors import DNIError
 from ..provenance import RecordsHash
-from .connect import connect, worker_shape
+from .connect import WorkerShape, connect, worker_shape
 from .shards import InOrder, Shard, fork, forkable
 from .worker import Plan, ShardWorker
 
@@ -33,6 +34,36 @@ POLL_S = 0.1
 
 #: Restarts of a dead worker (and retries of its shard) before the run fails.
 RETRIES = 3
+
+#: Actors kept between runs, under (Ray job, worker shape): a new Python with torch
+#: costs seconds per worker, and a notebook runs many queries on one cluster.
+_HOSTS: dict[tuple[str, WorkerShape], list[Any]] = {}
+
+
+def forget_workers(ray: Any | None = None) -> None:
+    """Kill the kept actors (a new shape needs their resources; Ray is shutting down)."""
+    for actors in _HOSTS.values():
+        for a in actors:
+            with contextlib.suppress(Exception):  # already dead, or Ray already gone
+                (ray or _ray()).kill(a, no_restart=True)
+    _HOSTS.clear()
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def _hosts(ray: Any, shape: WorkerShape) -> list[Any]:
+    key = (ray.get_runtime_context().get_job_id(), shape)
+    if key not in _HOSTS:
+        forget_workers(ray)
+        actor = ray.remote(ShardWorker).options(
+            **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
+        )
+        _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
+    return _HOSTS[key]
 
 
 def run_sharded(
@@ -62,10 +93,13 @@ def run_sharded(
     insp._prepare(block0)
     plan = Plan(insp.models, insp.families, insp.measures, insp.units, insp.params, block0)
     pool = _Pool(ray, plan, insp)
+    insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
+    ok = False
     try:
         insp._read_to_end = pool.run(insp, block0, blocks, on_block, start, merged_hash)
+        ok = not insp._cancel
     finally:
-        pool.close()
+        pool.close(keep=ok)
         insp._records_hash = merged_hash
     return insp._finish(start)
 
@@ -78,12 +112,8 @@ class _Pool:
         shape = worker_shape(
             ray.cluster_resources(), insp.params.cluster, insp.params.workers, insp.params.device
         )
-        actor = ray.remote(ShardWorker).options(
-            **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
-        )
-        plan_ref = ray.put(plan)
-        self.actors = [actor.remote(plan_ref) for _ in range(shape.count)]
-        self.shape = shape
+        self.actors = _hosts(ray, shape)
+        self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
         self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
         self.load = [0] * len(self.actors)  # shards in flight per actor
         self._templates: list[Any] | None = None
@@ -92,7 +122,9 @@ class _Pool:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
         converged = [s.converged for s in insp.states]
-        ref = self.actors[a].read.remote(shard.records, shard.first, converged, self._templates)
+        ref = self.actors[a].read.remote(
+            self.plan, shard.records, shard.first, converged, self._templates
+        )
         self.inflight[ref] = (shard.index, a)
         self.load[a] += 1
 
@@ -179,10 +211,15 @@ class _Pool:
                 continue
             s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 
-    def close(self) -> None:
-        """Kill the run's actors: a cancel or an early stop frees the cluster at once."""
+    def close(self, keep: bool) -> None:
+        """Drop the shards still in flight; kill the actors after a cancel or a failure.
+
+        After an early stop the actors stay for the next run (the shards read ahead are
+        cancelled or finish in a block's time); a Stop must free the cluster at once.
+        """
         for ref in self.inflight:
-            self.ray.cancel(ref, force=False)
-        for a in self.actors:
-            self.ray.kill(a, no_restart=True)
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=False)
         self.inflight.clear()
+        if not keep:
+            forget_workers(self.ray)

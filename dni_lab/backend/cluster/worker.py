@@ -1,10 +1,15 @@
 """The worker actor: models resident on its device, one shard in, fresh measure states out.
 
-A worker holds an :class:`~dni_lab.backend.engine.Inspection` of its own, built from
-the same models, hypotheses, measures, units and parameters as the driver's, so that
-it lays out its measure states in the driver's order and folds a block with the very
-code the single-process loop runs (:meth:`Inspection._read`). Its hypothesis cache is
-its own (the process-wide default of the node it runs on, or the directory named).
+An actor outlives a run (starting a Python with torch costs seconds per worker, a
+notebook runs many queries): every shard names its run's :class:`Plan` by reference,
+and the actor builds that run's inspection the first time it sees the plan. This also
+makes a restarted actor (after its process died) able to read the shard it is retried
+with. For a plan, a worker holds an :class:`~dni_lab.backend.engine.Inspection` of its
+own, built from the same models, hypotheses, measures, units and parameters as the
+driver's, so that it lays out its measure states in the driver's order and folds a
+block with the very code the single-process loop runs (:meth:`Inspection._read`).
+Its hypothesis cache is its own (the node's process-wide default, or the directory
+named).
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ def worker_params(params: InspectParams) -> InspectParams:
     return params.replace(cluster=None, workers=None, cache=cache)
 
 
-class ShardWorker:
-    """Reads shards for one run. Made a Ray actor by the driver (``ray.remote``)."""
+class _Loaded:
+    """One run's inspection on a worker: states laid out, models placed, extractors built."""
 
     def __init__(self, plan: Plan) -> None:
         insp = Inspection(
@@ -57,22 +62,30 @@ class ShardWorker:
             params=worker_params(plan.params),
         )  # fmt: skip
         self._placed = contextlib.ExitStack()
-        for model in insp.models:  # resident for the actor's life, not moved per block
+        for model in insp.models:  # resident for the run, not moved per block
             self._placed.enter_context(on_device(model, insp.device))
         insp._prepare(plan.sample)
         self.insp = insp
         self.extractors = insp._extractors()
-        self._templates: dict[str, list[Any]] = {}
+
+    def close(self) -> None:
+        self._placed.close()
+
+
+class ShardWorker:
+    """Reads shards of any run. Made a Ray actor by the driver (``ray.remote``)."""
+
+    def __init__(self) -> None:
+        self._plan: tuple[str, _Loaded] | None = None
+        self._templates: tuple[str, list[Any]] | None = None
 
     def pid(self) -> int:
         """The worker's process id (tests kill it to check retries)."""
         return os.getpid()
 
-    def device(self) -> str:
-        return str(self.insp.device)
-
     def read(
         self,
+        plan: list[Any],
         records: list[Any],
         first: int,
         converged: list[np.ndarray],
@@ -82,6 +95,9 @@ class ShardWorker:
 
         Parameters
         ----------
+        plan : list of ObjectRef
+            ``[ref]`` to the run's :class:`Plan` (a list, so Ray hands over the reference;
+            the plan is fetched and built once per actor and run).
         records : list
             The shard's records; ``records[0]`` is record ``first`` of the data.
         first : int
@@ -99,8 +115,9 @@ class ShardWorker:
         list
             One state per driver state, None for states of models it skipped.
         """
-        insp = self.insp
-        forks = self._forks(templates)
+        loaded = self._load(plan[0])
+        insp = loaded.insp
+        forks = self._forks(templates, insp.device)
         nh = len(insp.info)
         for s, done, tpl in zip(insp.states, converged, forks, strict=True):
             s.converged = done.copy()
@@ -109,18 +126,28 @@ class ShardWorker:
             else:
                 s.accumulator = s.measure.start(len(s.columns), nh, insp.device, insp.info)
         active = {mu.model.name for mu in insp._active_models()}
-        insp._read(records, first, self.extractors)
+        insp._read(records, first, loaded.extractors)
         return [moved(s.accumulator, "cpu") if s.model_name in active else None
                 for s in insp.states]  # fmt: skip
 
-    def _forks(self, templates: list[Any] | None) -> list[Any]:
-        if not templates:
-            return [None] * len(self.insp.states)
-        ref = templates[0]
-        key = ref.hex()
-        if key not in self._templates:
+    def _load(self, ref: Any) -> _Loaded:
+        if self._plan is None or self._plan[0] != ref.hex():
             import ray
 
-            self._templates = {key: [None if t is None else moved(t, self.insp.device)
-                                     for t in ray.get(ref)]}  # fmt: skip
-        return self._templates[key]
+            if self._plan is not None:  # a new run: free the last one's models first
+                self._plan[1].close()
+                self._plan = None
+            self._plan = (ref.hex(), _Loaded(ray.get(ref)))
+        return self._plan[1]
+
+    def _forks(self, templates: list[Any] | None, device: Any) -> list[Any]:
+        assert self._plan is not None
+        if not templates:
+            return [None] * len(self._plan[1].insp.states)
+        ref = templates[0]
+        if self._templates is None or self._templates[0] != ref.hex():
+            import ray
+
+            forks = [None if t is None else moved(t, device) for t in ray.get(ref)]
+            self._templates = (ref.hex(), forks)
+        return self._templates[1]
