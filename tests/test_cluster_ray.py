@@ -172,3 +172,18 @@ def test_a_worker_error_surfaces_as_the_one_process_error():
         dl.inspect(_model(), [broken], ["corr"], recs, block_size=16, cache=False,
                    cluster=WORKERS)  # fmt: skip
     assert str(many.value) == str(one.value) and "50" in str(one.value)
+
+
+def test_a_query_runs_on_the_cluster_from_its_with_options(monkeypatch):
+    import dni_lab.backend.cluster as cluster
+
+    sharded = []
+    real = cluster.run_sharded
+    monkeypatch.setattr(cluster, "run_sharded", lambda i, cb: sharded.append(1) or real(i, cb))
+    recs = random_records(90, seed=11)
+    ns = {"lm": _model(), "texts": recs, "hyps": [paren, position]}
+    sql = "SELECT * INSPECT lm AND hyps OVER texts WITH (eps = NULL, block_size = 16, {})"
+    one = dl.query(sql.format("cluster = NULL"), namespace=ns)
+    many = dl.query(sql.format(f"cluster = 'local', workers = {WORKERS}"), namespace=ns)
+    assert sharded == [1]  # only the query WITH a cluster ran on it
+    assert_same_frame(one.sort(KEYS), many.sort(KEYS))
