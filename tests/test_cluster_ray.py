@@ -187,3 +187,18 @@ def test_a_query_runs_on_the_cluster_from_its_with_options(monkeypatch):
     many = dl.query(sql.format(f"cluster = 'local', workers = {WORKERS}"), namespace=ns)
     assert sharded == [1]  # only the query WITH a cluster ran on it
     assert_same_frame(one.sort(KEYS), many.sort(KEYS))
+
+
+def test_neuron_index_fit_sharded_equals_one_process():
+    recs = random_records(300, seed=13)
+    make = lambda: dl.examples.NeuronIndex("lstm", ratio=0.1, n_partitions=8,  # noqa: E731
+                                           batch_size=32, device="cpu")  # fmt: skip
+    one = make().fit(_model(), recs)
+    many = make().fit(_model(), recs, cluster=WORKERS)
+    for name in ("mai_ids_", "partitions_"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
+    for name in ("mai_values_", "lower_", "upper_"):
+        np.testing.assert_allclose(getattr(one, name), getattr(many, name), atol=1e-6)
+    assert (one.address_, one.digest_) == (many.address_, many.digest_)
+    with pytest.raises(dl.DNIError, match="lstm9"):  # a worker's error, as one process says it
+        dl.examples.NeuronIndex("lstm9", device="cpu").fit(_model(), recs, cluster=WORKERS)

@@ -86,6 +86,12 @@ def _is_local(ray: Any) -> bool:
         return True
 
 
+def worker_error(exc: BaseException) -> BaseException:
+    """The worker's own exception inside Ray's wrapper (a DNIError naming the record)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
 def shutdown() -> None:
     """Stop the local Ray that a ``cluster="local"`` run started (no-op otherwise)."""
     if _STARTED.pop("local", None):

@@ -22,7 +22,7 @@ import torch
 from ..engine import Inspection
 from ..errors import DNIError
 from ..provenance import RecordsHash
-from .connect import WorkerShape, connect, worker_shape
+from .connect import WorkerShape, connect, worker_error, worker_shape
 from .shards import InOrder, Shard, fork, forkable
 from .worker import Plan, ShardWorker
 
@@ -152,11 +152,7 @@ class _Pool:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
-            # The worker's own exception (a DNIError naming the record), not Ray's wrapper.
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from None
-            raise
+            raise worker_error(exc) from None
         except self.ray.exceptions.RayActorError as exc:
             raise DNIError(
                 f"a Ray worker died {RETRIES + 1} times reading shard {index}: "
