@@ -202,3 +202,16 @@ def test_neuron_index_fit_sharded_equals_one_process():
     assert (one.address_, one.digest_) == (many.address_, many.digest_)
     with pytest.raises(dl.DNIError, match="lstm9"):  # a worker's error, as one process says it
         dl.examples.NeuronIndex("lstm9", device="cpu").fit(_model(), recs, cluster=WORKERS)
+
+
+def test_permutation_test_sharded_gives_the_same_p_values(monkeypatch):
+    import dni_lab.backend.verify.stats as vstats
+
+    monkeypatch.setattr(vstats, "_CHUNK_BYTES", 40_000)  # several chunks of permutations
+    recs = random_records(120, seed=17, lo=4, hi=10)
+    kw = {"units": [("lstm", "*")], "n_permutations": 60, "device": "cpu", "seed": 3}
+    one = dl.verify.permutation_test(_model(), [paren, position], recs, **kw)
+    many = dl.verify.permutation_test(_model(), [paren, position], recs, cluster=WORKERS, **kw)
+    assert one["p_value"].n_unique() > 3  # a real spread of p-values, not all 1
+    assert one["p_value"].to_list() == many["p_value"].to_list()
+    assert one["q_value"].to_list() == many["q_value"].to_list()

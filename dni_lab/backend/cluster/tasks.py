@@ -1,4 +1,4 @@
-"""One-pass jobs sharded over Ray: per-record activations for the by-example index.
+"""Jobs sharded over Ray: the by-example index's activations, the permutation test's null.
 
 ``NeuronIndex.fit(..., cluster=...)`` runs the model over every record once; here the
 records are cut into contiguous shards, each shard is a Ray task that places the
@@ -6,6 +6,10 @@ model on its worker's device and returns the shard's ``(records, units)`` activa
 and the driver stacks them in record order. A record's activation depends only on the
 record, so the stacked matrix (and the index built from it) is the single-process
 one; a task whose worker dies is retried by Ray on another.
+
+``permutation_test(..., cluster=...)`` computes the behaviors once, here, and deals
+contiguous runs of its chunks of permutations to tasks; a task replays the random
+draws of the chunks before its own, so the counts add up to the single-process ones.
 """
 
 from __future__ import annotations
@@ -76,3 +80,58 @@ def sharded_activations(
             ray.cancel(r)
         raise worker_error(exc) from None
     return np.concatenate([p for p, _ in parts]), parts[0][1]
+
+
+def _null_hits_shard(blocks: list[tuple], sizes: list[int], first: int, stop: int,
+                     alternative: str, target: Any, info: list[Any], seed: int,
+                     device: Any) -> Any:  # fmt: skip
+    from ..extract import resolve_device
+    from ..verify.stats import null_hits
+    from .shards import moved
+
+    dev = resolve_device(device)
+    return null_hits(moved(blocks, dev), sizes, first, stop, alternative, target, info, seed, dev)
+
+
+def sharded_null_hits(
+    blocks: list[tuple],
+    sizes: list[int],
+    alternative: str,
+    target: Any,
+    info: list[Any],
+    seed: int,
+    device: Any,
+    cluster: str | int | bool,
+    workers: int | None = None,
+) -> Any:
+    """The permutation test's counts of extreme null scores, summed over Ray tasks.
+
+    Parameters
+    ----------
+    blocks, sizes, alternative, target, info, seed
+        As in :func:`~dni_lab.backend.verify.stats.null_hits` (``sizes``: permutations
+        per chunk, the unit a task takes a contiguous run of).
+    device, cluster, workers
+        As in :func:`dl.inspect`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(units, hypotheses)`` float64 counts, equal to the single-process ones.
+    """
+    from .shards import moved
+
+    ray = connect(cluster)
+    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    n = len(sizes)
+    per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
+    task = ray.remote(_null_hits_shard).options(**shape.options(), max_retries=3)
+    ref = ray.put(moved(blocks, "cpu"))
+    refs = [task.remote(ref, sizes, k, min(k + per, n), alternative, target, info, seed,
+                        device) for k in range(0, n, per)]  # fmt: skip
+    try:
+        return sum(ray.get(refs))
+    except ray.exceptions.RayTaskError as exc:
+        for r in refs:
+            ray.cancel(r)
+        raise worker_error(exc) from None
