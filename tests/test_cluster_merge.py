@@ -107,3 +107,57 @@ def test_in_order_buffer_releases_only_the_continued_sequence():
     assert o.ready() == [] and len(o) == 2
     o.put(0, "a")
     assert o.ready() == [(0, "a"), (1, "b"), (2, "c")] and len(o) == 0
+
+
+# -- options, worker shapes and errors (no Ray started) -------------------------------
+
+
+def test_cluster_options_are_validated_with_a_fix():
+    from dni_lab.backend.errors import DNIError
+    from dni_lab.backend.params import InspectParams
+
+    assert InspectParams(cluster=False).cluster is None  # one spelling of "no cluster"
+    assert InspectParams(cluster="ray://head:10001", workers=3).to_metadata()["workers"] == 3
+    for bad in ({"cluster": 0}, {"cluster": " "}, {"cluster": 2.5}, {"workers": 0}):
+        with pytest.raises(DNIError, match=f"{next(iter(bad))} must be"):
+            InspectParams(**bad)
+
+
+def test_worker_shape_one_per_gpu_or_cpu_and_shares_of_cores():
+    from dni_lab.backend.cluster.connect import worker_shape
+    from dni_lab.backend.errors import DNIError
+
+    cpu16 = {"CPU": 16.0}
+    assert worker_shape(cpu16, "auto", None, "auto").count == 16
+    four = worker_shape(cpu16, "auto", 4, "cpu")
+    assert (four.count, four.num_cpus, four.num_gpus) == (4, 4.0, 0.0)
+    assert worker_shape({"CPU": 2.0}, 4, None, "cpu").num_cpus == 0.5  # 4 workers, 2 cores
+    gpu = worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "auto")
+    assert (gpu.count, gpu.num_gpus) == (2, 1.0)
+    assert worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "cpu").num_gpus == 0.0
+    with pytest.raises(DNIError, match="has no GPU; pass device='cpu'"):
+        worker_shape(cpu16, "auto", None, "cuda")
+
+
+def test_missing_ray_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from dni_lab.backend.cluster.connect import import_ray
+    from dni_lab.backend.errors import DNIError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray sees
+    with pytest.raises(DNIError, match=r"pip install 'dni_lab\[ray\]'"):
+        import_ray()
+
+
+def test_query_builder_carries_the_cluster_into_arguments_and_sql(char_model, records, hyps):
+    from dni_lab.backend.query.parser import parse
+    from dni_lab.widgets.query_builder import QueryBuilder
+
+    qb = QueryBuilder(char_model, hyps, {"train": records}, cluster="local", workers=2)
+    args = qb.arguments()
+    assert (args["cluster"], args["workers"]) == ("local", 2)
+    assert "cluster = 'local', workers = 2)" in qb.sql
+    options = parse(qb.sql.split("\n", 1)[1]).options
+    assert options["cluster"][0] == "local" and options["workers"][0] == 2
+    assert "cluster" not in QueryBuilder(char_model, hyps, {"t": records}).arguments()
