@@ -91,12 +91,14 @@ def test_early_stopping_decides_on_merged_states_as_one_process():
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
 
 
-def test_generator_data_is_dealt_in_order():
+def test_generator_data_is_dealt_in_order(tmp_path):
     recs = random_records(130, seed=5)
+    cache = dl.HypothesisCache(tmp_path / "hyps")  # workers open the same directory
     a, b = _both([paren, position], ["corr"], lambda: (r for r in recs), eps=None,
-                 block_size=16, cache=False, max_records=100)  # fmt: skip
+                 block_size=16, cache=cache, max_records=100)  # fmt: skip
     assert a["n_records"].max() == 100
     assert_same_frame(a, b)
+    assert cache.hits > 0 or any((tmp_path / "hyps").iterdir())
 
 
 def test_progress_and_live_frame_stream_in_shard_order():

@@ -24,7 +24,7 @@ from ..errors import DNIError
 from ..provenance import RecordsHash
 from .connect import WorkerShape, connect, worker_error, worker_shape
 from .shards import InOrder, Shard, fork, forkable
-from .worker import Plan, ShardWorker
+from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
 AHEAD = 2
@@ -91,7 +91,9 @@ def run_sharded(
     blocks = insp._blocks()
     block0, _ = next(blocks)
     insp._prepare(block0)
-    plan = Plan(insp.models, insp.families, insp.measures, insp.units, insp.params, block0)
+    plan = Plan(
+        insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
+    )
     pool = _Pool(ray, plan, insp)
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False

@@ -37,7 +37,7 @@ class Plan:
     hypotheses: list[Any]
     measures: list[Any]
     units: Any
-    params: InspectParams
+    params: InspectParams  # worker_params(): no cluster, a cache a worker can open
     sample: list[Any]  # the first block: resolves units exactly as the driver did
 
 
@@ -59,7 +59,7 @@ class _Loaded:
     def __init__(self, plan: Plan) -> None:
         insp = Inspection(
             plan.models, plan.hypotheses, plan.measures, (), units=plan.units,
-            params=worker_params(plan.params),
+            params=plan.params,
         )  # fmt: skip
         self._placed = contextlib.ExitStack()
         for model in insp.models:  # resident for the run, not moved per block
