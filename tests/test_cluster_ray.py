@@ -217,3 +217,17 @@ def test_permutation_test_sharded_gives_the_same_p_values(monkeypatch):
     assert one["p_value"].n_unique() > 3  # a real spread of p-values, not all 1
     assert one["p_value"].to_list() == many["p_value"].to_list()
     assert one["q_value"].to_list() == many["q_value"].to_list()
+
+
+def test_an_unpicklable_hypothesis_is_named_before_any_worker_runs():
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(r):
+        with lock:
+            return [0.0] * len(r)
+
+    with pytest.raises(dl.DNIError, match="cannot send the inspection to Ray workers"):
+        dl.inspect(_model(), [locked], ["corr"], random_records(20), cache=False,
+                   cluster=WORKERS)  # fmt: skip

@@ -12,7 +12,9 @@ stopping point are dropped.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -39,14 +41,25 @@ RETRIES = 3
 #: costs seconds per worker, and a notebook runs many queries on one cluster.
 _HOSTS: dict[tuple[str, WorkerShape], list[Any]] = {}
 
+#: Runs reading with each key's actors right now (a notebook may start a query while
+#: the last one is still stopping), and the lock that keeps the two tables consistent.
+_BUSY: Counter[tuple[str, WorkerShape]] = Counter()
+_LOCK = threading.RLock()
 
-def forget_workers(ray: Any | None = None) -> None:
-    """Kill the kept actors (a new shape needs their resources; Ray is shutting down)."""
-    for actors in _HOSTS.values():
-        for a in actors:
-            with contextlib.suppress(Exception):  # already dead, or Ray already gone
-                (ray or _ray()).kill(a, no_restart=True)
-    _HOSTS.clear()
+
+def forget_workers(ray: Any | None = None, idle_only: bool = False) -> None:
+    """Kill the kept actors: their CPUs and GPUs are needed elsewhere, or Ray stops.
+
+    Kept actors hold their resources while idle, so a new worker shape, or the Ray tasks
+    of :mod:`.tasks`, would wait for them forever. ``idle_only`` spares the actors of a
+    run in progress.
+    """
+    with _LOCK:
+        for key in [k for k in _HOSTS if not (idle_only and _BUSY[k])]:
+            for a in _HOSTS.pop(key):
+                with contextlib.suppress(Exception):  # already dead, or Ray already gone
+                    (ray or _ray()).kill(a, no_restart=True)
+            _BUSY.pop(key, None)
 
 
 def _ray() -> Any:
@@ -55,15 +68,18 @@ def _ray() -> Any:
     return ray
 
 
-def _hosts(ray: Any, shape: WorkerShape) -> list[Any]:
+def _hosts(ray: Any, shape: WorkerShape) -> tuple[tuple[str, WorkerShape], list[Any]]:
+    """The kept actors of ``shape`` (started if need be), marked busy for one more run."""
     key = (ray.get_runtime_context().get_job_id(), shape)
-    if key not in _HOSTS:
-        forget_workers(ray)
-        actor = ray.remote(ShardWorker).options(
-            **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
-        )
-        _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
-    return _HOSTS[key]
+    with _LOCK:
+        if key not in _HOSTS:
+            forget_workers(ray, idle_only=True)
+            actor = ray.remote(ShardWorker).options(
+                **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
+            )
+            _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
+        _BUSY[key] += 1
+        return key, _HOSTS[key]
 
 
 def run_sharded(
@@ -114,8 +130,15 @@ class _Pool:
         shape = worker_shape(
             ray.cluster_resources(), insp.params.cluster, insp.params.workers, insp.params.device
         )
-        self.actors = _hosts(ray, shape)
-        self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
+        try:
+            self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
+        except Exception as exc:  # cloudpickle raises TypeError, PicklingError, ...
+            raise DNIError(
+                f"cannot send the inspection to Ray workers: {exc}. Models, encode functions, "
+                "hypotheses and measures must pickle (no open files, locks or sockets in "
+                "them); define them at module level or in the notebook."
+            ) from exc
+        self.key, self.actors = _hosts(ray, shape)
         self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
         self.load = [0] * len(self.actors)  # shards in flight per actor
         self._templates: list[Any] | None = None
@@ -173,9 +196,14 @@ class _Pool:
         held = {0: block0}  # records of shards dealt but not merged yet
         sizes = {0: len(block0)}
         more = True
+        # Block 0 alone first where a measure calibrates on it: later shards start from it.
+        alone = any(forkable(m) for m in insp.measures)
         while not insp._cancel:
-            # Block 0 alone first: later shards start from its calibrated states.
-            while more and order.next > 0 and len(self.inflight) < AHEAD * len(self.actors):
+            while (
+                more
+                and (order.next > 0 or not alone)
+                and len(self.inflight) < AHEAD * len(self.actors)
+            ):
                 nxt = next(blocks, None)
                 if nxt is None:
                     more = False
@@ -191,7 +219,7 @@ class _Pool:
             for index, states in order.ready():
                 self._merge(insp, index, states)
                 merged_hash.update(held.pop(index))
-                insp.progress.records_read = sum(sizes[i] for i in range(index + 1))
+                insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
                 insp._check_convergence()
                 insp.progress.mark(time.perf_counter() - start)
@@ -219,5 +247,9 @@ class _Pool:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=False)
         self.inflight.clear()
-        if not keep:
-            forget_workers(self.ray)
+        with _LOCK:
+            _BUSY[self.key] -= 1
+            if not keep and not _BUSY[self.key]:  # another run may be reading with them
+                for a in _HOSTS.pop(self.key, []):
+                    with contextlib.suppress(Exception):
+                        self.ray.kill(a, no_restart=True)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import DNIError
 from .connect import connect, worker_error, worker_shape
+from .driver import forget_workers
 
 #: Shards per worker: a few, so that a slow worker does not hold the last shard alone.
 SHARDS_PER_WORKER = 4
@@ -66,6 +67,7 @@ def sharded_activations(
     if not len(records):
         raise DNIError("the index needs records; pass a non-empty sequence.")
     ray = connect(cluster)
+    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
     shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
     n = len(records)
     size = max(batch_size, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
@@ -122,6 +124,7 @@ def sharded_null_hits(
     from .shards import moved
 
     ray = connect(cluster)
+    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
     shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
     n = len(sizes)
     per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
