@@ -25,7 +25,7 @@ from ..engine import Inspection
 from ..errors import DNIError
 from ..provenance import RecordsHash
 from .connect import WorkerShape, connect, worker_error, worker_shape
-from .shards import InOrder, Shard, fork, forkable
+from .shards import Block, InOrder, Shard, fork, forkable
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -235,7 +235,10 @@ class _Pool:
         for s, new in zip(insp.states, states, strict=True):
             if new is None:  # a model with nothing left to score was skipped
                 continue
-            s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
+            if isinstance(new, Block):  # a measure that does not merge exactly
+                s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
+            else:
+                s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 
     def close(self, keep: bool) -> None:
         """Drop the shards still in flight; kill the actors after a cancel or a failure.

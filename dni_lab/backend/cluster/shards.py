@@ -37,6 +37,44 @@ _COUNTS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Measures whose ``merge`` is not order-exact (``logreg``: averaged warm-start weights,
+#: a per-state plateau history), by class name. Workers send their blocks' behaviors
+#: instead, and the driver updates these states itself, in record order: the same
+#: answer as one process, at the cost of shipping behaviors and doing their arithmetic
+#: on the driver. A measure says otherwise with a ``merge_exact`` attribute.
+_NOT_EXACT = frozenset({"LogReg"})
+
+
+def merges_exactly(measure: Measure) -> bool:
+    """Whether merging fresh per-block states in order equals one state reading them."""
+    flag = getattr(measure, "merge_exact", None)
+    return bool(flag) if flag is not None else type(measure).__name__ not in _NOT_EXACT
+
+
+@dataclass
+class Block:
+    """One block's behaviors of a state's units, for a measure the driver updates."""
+
+    U: torch.Tensor
+    H: torch.Tensor
+    mask: torch.Tensor
+
+
+class Deferred(Measure):
+    """Stands in on a worker for a measure that does not merge exactly: keeps the block."""
+
+    def __init__(self, measure: Measure) -> None:
+        self.measure = measure
+        self.name = measure.name
+        self.joint = measure.joint
+
+    def start(self, n_units: int, n_hyps: int, device: Any = "cpu", info: Any = None) -> None:
+        return None
+
+    def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Block:
+        return Block(U, H, mask)
+
+
 def forkable(measure: Measure) -> bool:
     """Whether workers must start ``measure``'s states from a fork of block 0's state."""
     return callable(getattr(measure, "fork", None)) or type(measure).__name__ in _COUNTS

@@ -26,7 +26,7 @@ from ..cache import HypothesisCache
 from ..engine import Inspection
 from ..extract import on_device
 from ..params import InspectParams
-from .shards import moved
+from .shards import Deferred, merges_exactly, moved
 
 
 @dataclass
@@ -65,6 +65,9 @@ class _Loaded:
         for model in insp.models:  # resident for the run, not moved per block
             self._placed.enter_context(on_device(model, insp.device))
         insp._prepare(plan.sample)
+        for s in insp.states:  # the driver updates these from the blocks it is sent
+            if not merges_exactly(s.measure):
+                s.measure = Deferred(s.measure)
         self.insp = insp
         self.extractors = insp._extractors()
 
