@@ -9,11 +9,12 @@ Usage::
 
 The workload is ``benchmarks.workload`` (the SQL LSTM of 512 units over 29,696
 windows, 190 parse-tree hypotheses; stand-ins where the real parts are missing), read
-to the end (``eps=None``: every run does the same work) with ``corr``. Printed per
+to the end (``eps=None``: every run does the same work) with ``corr`` (``--measures``
+for others). Printed per
 worker count: the run's wall time with workers already started, the speed-up over
 one worker, the parallel efficiency ``t(1) / (w * t(w))``, the speed-up over the
 single-process run (all cores, no Ray), the one-time start of the actors, and the
-largest difference of any correlation from the single-process frame. Hypothesis
+largest difference of any unit score from the single-process frame. Hypothesis
 caching is off, so each run computes its hypotheses again.
 
 Workers are started on a local Ray with as many CPUs as the largest count asks for
@@ -42,13 +43,13 @@ import dni_lab as dl  # noqa: E402
 from benchmarks.workload import Workload, build_workload  # noqa: E402
 
 
-def run(wl: Workload, records: list[Any], **kw: Any) -> tuple[Any, float]:
-    """The workload's inspection (corr, read to the end); returns (frame, seconds)."""
+def run(wl: Workload, records: list[Any], measures: list[str], **kw: Any) -> tuple[Any, float]:
+    """The workload's inspection, read to the end; returns (frame, seconds)."""
     t0 = time.perf_counter()
     frame = dl.inspect(
         models=[dl.Model(wl.module, encode=wl.encode, name="sql-lstm")],
         hypotheses=wl.hypotheses,
-        measures=["corr"],
+        measures=measures,
         data=records,
         units=[(wl.layer, "*")],
         eps=None,
@@ -59,7 +60,7 @@ def run(wl: Workload, records: list[Any], **kw: Any) -> tuple[Any, float]:
 
 
 def max_diff(a: Any, b: Any) -> float:
-    keys = ["uid", "hid"]
+    keys = ["uid", "hid", "measure"]
     x = a.sort(keys)["unit_score"].fill_null(0).to_numpy()
     y = b.sort(keys)["unit_score"].fill_null(0).to_numpy()
     return float(np.abs(x - y).max())
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--hyps", type=int, default=None, help="hypotheses (default 190)")
     ap.add_argument("--workers", default=None, help="comma-separated counts (1,2,4,... cores)")
     ap.add_argument("--block-size", type=int, default=512)
+    ap.add_argument("--measures", default="corr",
+                    help="comma-separated (logreg is updated on the driver: it scales less)")
     ap.add_argument("--address", default=None, help="a Ray address instead of a local Ray")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
@@ -86,8 +89,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for part, src in wl.sources.items():
         print(f"  {part}: {src}")
 
-    run(wl, wl.records[: a.block_size], block_size=a.block_size)  # imports, first calls
-    one, t_one = run(wl, wl.records, block_size=a.block_size)
+    ms = a.measures.split(",")
+    run(wl, wl.records[: a.block_size], ms, block_size=a.block_size)  # imports, first calls
+    one, t_one = run(wl, wl.records, ms, block_size=a.block_size)
     print(f"single process (no Ray, {cores} cores): {t_one:.2f} s")
 
     import ray
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         for w in counts:
             kw = {"block_size": a.block_size, "cluster": a.address or "auto", "workers": w}
-            _, t_start = run(wl, wl.records[: a.block_size], **kw)  # start the actors
-            frame, t = run(wl, wl.records, **kw)
+            _, t_start = run(wl, wl.records[: a.block_size], ms, **kw)  # start the actors
+            frame, t = run(wl, wl.records, ms, **kw)
             rows.append({"workers": w, "seconds": t, "actor_start_s": t_start,
                          "max_abs_diff": max_diff(one, frame)})  # fmt: skip
     finally:
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{r['workers']:>7} {r['seconds']:>8.2f} {sp:>8} {ef:>7} "
               f"{r['vs_single_process']:>8.2f}x {r['actor_start_s']:>8.1f} "
               f"{r['max_abs_diff']:>9.1e}")  # fmt: skip
-    out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores,
+    out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores, "measures": ms,
            "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
            "sources": wl.sources}  # fmt: skip
     if a.json:
