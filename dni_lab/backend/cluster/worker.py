@@ -31,7 +31,7 @@ from .shards import Deferred, merges_exactly, moved
 
 @dataclass
 class Plan:
-    """Everything a worker is built from; shipped once per actor (and per restart)."""
+    """Everything a worker needs for one run; fetched once per actor and run (and restart)."""
 
     models: list[Any]
     hypotheses: list[Any]
