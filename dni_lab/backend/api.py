@@ -31,6 +31,8 @@ def inspect(
     on_block: Callable[[Any], None] | None = None,
     progress: bool = False,
     max_records: int | None = None,
+    cluster: str | int | bool | None = None,
+    workers: int | None = None,
 ) -> pl.DataFrame | Run:
     """Score how well hidden units match hypotheses.
 
@@ -77,6 +79,14 @@ def inspect(
     progress : bool
         Draw a tqdm progress bar (records read, pairs settled) on stderr: for
         scripts and terminals; in a notebook display the background run instead.
+    cluster : str, int, bool or None
+        Shard the run over a Ray cluster (``pip install dni_lab[ray]``): ``"local"`` or a
+        worker count starts one on this machine, ``"auto"`` joins the running one, and
+        ``"ray://host:10001"`` connects to a remote one. Workers keep the models resident
+        and fold blocks into measure states that this process merges in record order, so
+        the frame equals the single-process one (see the README's "Ray cluster" section).
+    workers : int, optional
+        Ray actors to start; default one per GPU (CUDA device) or per CPU of the cluster.
 
     Returns
     -------
@@ -96,6 +106,8 @@ def inspect(
         behavior=behavior,
         cache=cache,
         max_records=max_records,
+        cluster=cluster,
+        workers=workers,
     )
     insp = Inspection(models, hypotheses, measures, data, units=units, params=params)
     if background:

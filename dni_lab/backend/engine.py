@@ -165,6 +165,10 @@ class Inspection:
     # -- the loop ---------------------------------------------------------------
     def run(self, on_block: Callable[[Inspection], None] | None = None) -> pl.DataFrame:
         """Read blocks until every pair converged, the data ended, or a cancel."""
+        if self.params.cluster is not None:  # the same loop, blocks dealt to Ray workers
+            from .cluster import run_sharded
+
+            return run_sharded(self, on_block)
         with contextlib.ExitStack() as placed:
             for model in self.models:  # once per run, not per block
                 placed.enter_context(on_device(model, self.device))
@@ -174,37 +178,10 @@ class Inspection:
         start = time.perf_counter()
         extractors: dict[str, Extractor] = {}
         for block_records, first in self._blocks():
-            n_sym = self._symbol_counts(block_records, first)
             if not self.states:
                 self._prepare(block_records)
-                extractors = {
-                    mu.model.name: Extractor(
-                        mu.model, mu.layer_units, self.params.behavior, self.device
-                    )
-                    for mu in self._active_models()
-                }
-            H = torch.from_numpy(
-                hypothesis_block(
-                    self.families,
-                    block_records,
-                    n_sym,
-                    first,
-                    self.cache,
-                    self._fingerprints,
-                    self._finished_families(),
-                )
-            ).to(self.device)
-            mask = (
-                torch.arange(H.shape[1], device=self.device)[None, :]
-                < torch.as_tensor(n_sym, device=self.device)[:, None]
-            )
-            for mu in self._active_models():
-                parts = extractors[mu.model.name](block_records, mask, first)
-                U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
-                for s in self._states_of(mu):
-                    cols = s.columns
-                    Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
-                    s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
+                extractors = self._extractors()
+            self._read(block_records, first, extractors)
             self.progress.records_read = first + len(block_records)
             self.progress.blocks += 1
             self._check_convergence()
@@ -213,6 +190,10 @@ class Inspection:
                 on_block(self)
             if self._cancel or (self.params.eps is not None and self._settled()):
                 break
+        return self._finish(start)
+
+    def _finish(self, start: float) -> pl.DataFrame:
+        """Name the pairs left open, close the progress and return the final frame."""
         if not self._cancel and not self._read_to_end:
             for s in self.states:
                 s.leave_open(self.params.eps)
@@ -220,6 +201,38 @@ class Inspection:
         self.progress.done = True
         self.progress.elapsed_s = time.perf_counter() - start
         return attach(self.frame(final=True), self.provenance())
+
+    def _extractors(self) -> dict[str, Extractor]:
+        return {
+            mu.model.name: Extractor(mu.model, mu.layer_units, self.params.behavior, self.device)
+            for mu in self._active_models()
+        }
+
+    def _read(self, block_records: list[Any], first: int, extractors: dict[str, Extractor]) -> None:
+        """Fold one block (records ``first``, ``first + 1``, ...) into every active state."""
+        n_sym = self._symbol_counts(block_records, first)
+        H = torch.from_numpy(
+            hypothesis_block(
+                self.families,
+                block_records,
+                n_sym,
+                first,
+                self.cache,
+                self._fingerprints,
+                self._finished_families(),
+            )
+        ).to(self.device)
+        mask = (
+            torch.arange(H.shape[1], device=self.device)[None, :]
+            < torch.as_tensor(n_sym, device=self.device)[:, None]
+        )
+        for mu in self._active_models():
+            parts = extractors[mu.model.name](block_records, mask, first)
+            U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
+            for s in self._states_of(mu):
+                cols = s.columns
+                Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
+                s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
         it = iter(self.data)

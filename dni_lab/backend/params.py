@@ -48,6 +48,12 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "max_records": (lambda v: v is None or (_count(v) and v > 0), "a positive count"),
     "min_records": (lambda v: _count(v) and v >= 0, "a count of 0 or more"),
+    "cluster": (
+        lambda v: v is None or isinstance(v, bool) or (isinstance(v, str) and v.strip() != "")
+        or (_count(v) and v > 0),
+        "'local', a count of local workers, 'auto', a Ray address ('ray://host:10001') or None",
+    ),
+    "workers": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
 }
 
 
@@ -75,6 +81,14 @@ class InspectParams:
         Read at most this many records.
     min_records : int
         Read at least this many records before any pair may stop early.
+    cluster : str, int, bool or None
+        Shard the run over Ray (``pip install dni_lab[ray]``): ``"local"`` or a worker
+        count starts a Ray on this machine, ``"auto"`` or True joins the Ray this process
+        is connected to (or ``RAY_ADDRESS``), ``"ray://host:10001"`` or ``"host:6379"``
+        connects there. None (or False) runs in this process.
+    workers : int or None
+        Ray actors reading blocks; None: one per GPU when the device is CUDA, else one
+        per CPU of the cluster.
 
     Raises
     ------
@@ -95,8 +109,15 @@ class InspectParams:
     cache: HypothesisCache | str | Path | bool | None = None
     max_records: int | None = None
     min_records: int = 0
+    cluster: str | int | bool | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.cluster is False:  # "no cluster" has one spelling downstream
+            object.__setattr__(self, "cluster", None)
+        self._validate()
+
+    def _validate(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             what = problem(f.name, value)

@@ -52,6 +52,8 @@ class QueryBuilder(Panel):
         One dataset, or ``{name: records}``.
     measures : sequence of str
         Measures offered (default: all built-in measures).
+    cluster, workers : optional
+        Run on a Ray cluster, as in :func:`dl.inspect`; the query shows them in ``WITH``.
 
     Attributes
     ----------
@@ -77,8 +79,12 @@ class QueryBuilder(Panel):
         data: Any,
         measures: Sequence[str] = MEASURES,
         table: ScoreTable | None = None,
+        cluster: str | int | bool | None = None,
+        workers: int | None = None,
         **kwargs: Any,
     ) -> None:
+        # Where it runs is the notebook's choice, not the form's: fixed per builder.
+        self.run_on = {k: v for k, v in (("cluster", cluster), ("workers", workers)) if v}
         self.models = as_model_map(models)
         hyps = hypotheses if isinstance(hypotheses, (list, tuple)) else [hypotheses]
         self.families = [as_family(h) for h in hyps]
@@ -157,6 +163,7 @@ class QueryBuilder(Panel):
             "units": units or None,
             "eps": None if eps in (None, "", 0) else float(eps),
             "block_size": int(q.get("block_size") or 256),
+            **self.run_on,
         }
 
     def to_sql(self) -> str:
@@ -179,6 +186,8 @@ class QueryBuilder(Panel):
         opts = (
             f"eps = {'NULL' if eps in (None, '', 0) else eps}, block_size = {q.get('block_size')}"
         )
+        for k, v in self.run_on.items():
+            opts += f", {k} = {_quote([v]) if isinstance(v, str) else v}"
         return "\n".join(
             [
                 "%%inspect",

@@ -84,17 +84,35 @@ class NeuronIndex:
         self.batch_size = batch_size
         self.device = device
 
-    def fit(self, model: Model, records: Sequence[Any]) -> NeuronIndex:
-        """Run the model once over ``records`` and build both indexes."""
+    def fit(
+        self,
+        model: Model,
+        records: Sequence[Any],
+        cluster: str | int | bool | None = None,
+        workers: int | None = None,
+    ) -> NeuronIndex:
+        """Run the model once over ``records`` and build both indexes.
+
+        ``cluster``/``workers`` (as in :func:`dl.inspect`) run the pass as Ray tasks over
+        shards of records; the index is the one this process would build.
+        """
         if not 0 <= self.ratio <= 1 or self.n_partitions < 1:
             raise DNIError("ratio must lie in [0, 1] and n_partitions be at least 1.")
         if len(records) == 0:
             raise DNIError("no records to index; pass the dataset the queries will search.")
+        weights = weights_sha256(model.module)
+        if cluster is not None and cluster is not False:
+            from ..cluster.tasks import sharded_activations
+
+            acts, address = sharded_activations(
+                model, records, self.layer, self.symbol_agg, self.batch_size, self.device,
+                cluster, workers,
+            )  # fmt: skip
+            return self.fit_activations(acts, address, model.name, block_key(records), weights)
         ev = Activations(
             model, records, self.layer, None, self.symbol_agg, self.batch_size, self.device
         )
         acts = ev(np.arange(len(records)))
-        weights = weights_sha256(model.module)
         return self.fit_activations(acts, ev.address_, model.name, block_key(records), weights)
 
     def fit_activations(

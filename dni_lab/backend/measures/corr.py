@@ -105,6 +105,11 @@ class CorrState:
         return self.total.n
 
 
+def _rolled(m: Moments, shift: int) -> Moments:
+    """Buckets moved ``shift`` slots on (bucket k lands in slot k + shift, cyclically)."""
+    return Moments(*(torch.roll(getattr(m, f), shift, 0) for f in Moments.__dataclass_fields__))
+
+
 def _grouped(X: torch.Tensor, g: int) -> torch.Tensor:
     """Cut ``(R, T, D)`` into groups of ``g`` consecutive records: ``(G, g*T, D)``."""
     R, T, D = X.shape
@@ -193,7 +198,8 @@ class Corr(Measure):
     def merge(self, a: CorrState, b: CorrState) -> CorrState:
         return CorrState(
             total=a.total.combine(b.total),
-            buckets=a.buckets.combine(b.buckets),
+            # b's groups continue a's round-robin: its bucket k is a's bucket k + a.n_groups
+            buckets=a.buckets.combine(_rolled(b.buckets, a.n_groups % self.buckets)),
             n_groups=a.n_groups + b.n_groups,
             n_records=a.n_records + b.n_records,
             scorable=a.scorable,

@@ -134,6 +134,41 @@ def _permutations(strata: list[tuple[int, int]], P: int, gen: torch.Generator) -
     return torch.cat(perms, dim=1)
 
 
+_STATS = {"two-sided": torch.abs, "greater": lambda r: r, "less": lambda r: -r}
+
+
+def null_hits(
+    blocks: list[tuple], sizes: list[int], first: int, stop: int, alternative: str,
+    target: torch.Tensor, info: list[Any], seed: int, dev: torch.device,
+) -> torch.Tensor:  # fmt: skip
+    """Permutations at least as extreme as the observed score, over chunks ``first:stop``.
+
+    Chunk ``k`` holds ``sizes[k]`` permutations, drawn from one generator seeded with
+    ``seed`` after chunks ``0..k-1`` drew theirs (their draws are replayed, not
+    scored), so counts of any split of the chunks add up to the unsplit count: the
+    permutation test sharded over a cluster gives the same p-values.
+    """
+    corr, stat = Corr(), _STATS[alternative]
+    nu, nh = target.shape
+    hits = torch.zeros(nu, nh, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    for k, P in enumerate(sizes[:stop]):
+        if k < first:
+            for *_, strata in blocks:
+                for a, b in strata:
+                    torch.rand(P, b - a, generator=gen)  # the draws _permutations makes
+            continue
+        st = corr.start(nu, nh * P, dev, info * P)
+        for U, H, mask, strata in blocks:
+            perm = _permutations(strata, P, gen).to(dev)
+            # Rows swap only within a length, so the mask of the permuted block is unchanged.
+            Hp = H[perm].permute(1, 2, 0, 3).reshape(*H.shape[:2], P * nh)  # (R, T, P·nh)
+            st = corr.update(st, U, Hp, mask)
+        r = torch.as_tensor(corr.result(st).unit_score, dtype=torch.float64).reshape(nu, P, nh)
+        hits += (torch.nan_to_num(stat(r), nan=-np.inf) >= target[:, None, :]).sum(1)
+    return hits
+
+
 def permutation_test(
     model: Model,
     hypotheses: Any,
@@ -146,6 +181,8 @@ def permutation_test(
     seed: int = 0,
     device: str | torch.device = "auto",
     batch_size: int = 512,
+    cluster: str | int | bool | None = None,
+    workers: int | None = None,
 ) -> pl.DataFrame:
     """``corr`` score frame of ``model`` with permutation ``p_value`` and BH ``q_value`` columns.
 
@@ -168,6 +205,9 @@ def permutation_test(
         copies apart, becomes too narrow (p-values too small).
     seed : int
         Seeds the permutations.
+    cluster, workers
+        As in :func:`dl.inspect`: score chunks of permutations as Ray tasks (the
+        behaviors are computed here once); the p-values are this process's.
 
     Returns
     -------
@@ -204,25 +244,19 @@ def permutation_test(
         state = corr.update(state, U, H, mask)
     obs = corr.result(state)
     r_obs = torch.as_tensor(obs.unit_score, dtype=torch.float64)
-    stat = {"two-sided": torch.abs, "greater": lambda r: r, "less": lambda r: -r}[alternative]
     # A permuted r equal to the observed one up to rounding counts as at least as extreme.
-    target = stat(r_obs) - 1e-9
-    hits = torch.zeros(nu, nh, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
+    target = _STATS[alternative](r_obs) - 1e-9
     n_sym = sum(U.shape[0] * U.shape[1] for U, *_ in blocks)
     chunk = max(1, min(n_permutations, _CHUNK_BYTES // max(1, 4 * n_sym * nh)))
-    done = 0
-    while done < n_permutations:
-        P = min(chunk, n_permutations - done)
-        st = corr.start(nu, nh * P, dev, info * P)
-        for U, H, mask, strata in blocks:
-            perm = _permutations(strata, P, gen).to(dev)
-            # Rows swap only within a length, so the mask of the permuted block is unchanged.
-            Hp = H[perm].permute(1, 2, 0, 3).reshape(*H.shape[:2], P * nh)  # (R, T, P·nh)
-            st = corr.update(st, U, Hp, mask)
-        r = torch.as_tensor(corr.result(st).unit_score, dtype=torch.float64).reshape(nu, P, nh)
-        hits += (torch.nan_to_num(stat(r), nan=-np.inf) >= target[:, None, :]).sum(1)
-        done += P
+    sizes = [min(chunk, n_permutations - d) for d in range(0, n_permutations, chunk)]
+    if cluster is not None and cluster is not False:
+        from ..cluster.tasks import sharded_null_hits
+
+        hits = sharded_null_hits(
+            blocks, sizes, alternative, target, info, seed, device, cluster, workers
+        )
+    else:
+        hits = null_hits(blocks, sizes, 0, len(sizes), alternative, target, info, seed, dev)
     p = ((1 + hits) / (n_permutations + 1)).numpy()
     p[~np.isfinite(obs.unit_score)] = np.nan
     frame = score_rows(mp.labels(), hids, corr.name, obs, len(records), converged=True)

@@ -1,0 +1,151 @@
+"""One inspection sharded over Ray: time and efficiency with 1, 2, 4, ... workers.
+
+Usage::
+
+    python benchmarks/bench_cluster.py                  # DeepBase's default workload
+    python benchmarks/bench_cluster.py --quick          # a smoke-test size
+    python benchmarks/bench_cluster.py --workers 1,2,4,8,16 --json out.json
+    python benchmarks/bench_cluster.py --address auto   # an existing cluster
+
+The workload is ``benchmarks.workload`` (the SQL LSTM of 512 units over 29,696
+windows, 190 parse-tree hypotheses; stand-ins where the real parts are missing), read
+to the end (``eps=None``: every run does the same work) with ``corr`` (``--measures``
+for others). Printed per
+worker count: the run's wall time with workers already started, the speed-up over
+one worker, the parallel efficiency ``t(1) / (w * t(w))``, the speed-up over the
+single-process run (all cores, no Ray), the one-time start of the actors, and the
+largest difference of any unit score from the single-process frame. Hypothesis
+caching is off, so each run computes its hypotheses again.
+
+Workers are started on a local Ray with as many CPUs as the largest count asks for
+(``--address`` joins a running cluster instead); CPU workers share the node's cores
+(Ray gives each ``cores // workers`` threads). Timings from a busy machine mean
+little: run it on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make dni_lab and benchmarks importable
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+import dni_lab as dl  # noqa: E402
+from benchmarks.workload import Workload, build_workload  # noqa: E402
+
+
+def run(wl: Workload, records: list[Any], measures: list[str], **kw: Any) -> tuple[Any, float]:
+    """The workload's inspection, read to the end; returns (frame, seconds)."""
+    t0 = time.perf_counter()
+    frame = dl.inspect(
+        models=[dl.Model(wl.module, encode=wl.encode, name="sql-lstm")],
+        hypotheses=wl.hypotheses,
+        measures=measures,
+        data=records,
+        units=[(wl.layer, "*")],
+        eps=None,
+        cache=False,
+        **kw,
+    )
+    return frame, time.perf_counter() - t0
+
+
+def max_diff(a: Any, b: Any) -> float:
+    keys = ["uid", "hid", "measure"]
+    x = a.sort(keys)["unit_score"].fill_null(0).to_numpy()
+    y = b.sort(keys)["unit_score"].fill_null(0).to_numpy()
+    return float(np.abs(x - y).max())
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke-test size (1,024 records)")
+    ap.add_argument("--records", type=int, default=None, help="records (default 29,696)")
+    ap.add_argument("--hidden", type=int, default=None, help="LSTM units (default 512)")
+    ap.add_argument("--hyps", type=int, default=None, help="hypotheses (default 190)")
+    ap.add_argument("--workers", default=None, help="comma-separated counts (1,2,4,... cores)")
+    ap.add_argument("--block-size", type=int, default=512)
+    ap.add_argument("--measures", default="corr",
+                    help="comma-separated (logreg is updated on the driver: it scales less)")
+    ap.add_argument("--address", default=None, help="a Ray address instead of a local Ray")
+    ap.add_argument("--json", default=None, help="write the results here")
+    a = ap.parse_args(argv)
+    n = a.records or (1024 if a.quick else 29_696)
+    hidden = a.hidden or (64 if a.quick else 512)
+    n_hyps = a.hyps or (20 if a.quick else 190)
+    cores = os.cpu_count() or 1
+    counts = [int(w) for w in a.workers.split(",")] if a.workers else _powers(cores)
+    wl = build_workload(n, hidden, a.quick, n_hyps)
+    print(f"workload: {n} records, {hidden} units, {len(wl.hypotheses)} hypothesis objects;")
+    for part, src in wl.sources.items():
+        print(f"  {part}: {src}")
+
+    ms = a.measures.split(",")
+    run(wl, wl.records[: a.block_size], ms, block_size=a.block_size)  # imports, first calls
+    one, t_one = run(wl, wl.records, ms, block_size=a.block_size)
+    print(f"single process (no Ray, {cores} cores): {t_one:.2f} s")
+
+    import ray
+
+    started = time.perf_counter()
+    if a.address:
+        ray.init(address=a.address, log_to_driver=False)
+    else:
+        from dni_lab.backend.cluster.connect import _local_env
+
+        ray.init(num_cpus=max(max(counts), cores), include_dashboard=False,
+                 log_to_driver=False, runtime_env=_local_env())  # fmt: skip
+    ray_start = time.perf_counter() - started
+    rows = []
+    try:
+        for w in counts:
+            kw = {"block_size": a.block_size, "cluster": a.address or "auto", "workers": w}
+            _, t_start = run(wl, wl.records[: a.block_size], ms, **kw)  # start the actors
+            frame, t = run(wl, wl.records, ms, **kw)
+            rows.append({"workers": w, "seconds": t, "actor_start_s": t_start,
+                         "max_abs_diff": max_diff(one, frame)})  # fmt: skip
+    finally:
+        from dni_lab.backend.cluster import shutdown
+
+        shutdown()
+        ray.shutdown()
+    t1 = rows[0]["seconds"] if rows[0]["workers"] == 1 else None
+    print(f"Ray start: {ray_start:.1f} s")
+    print(f"{'workers':>7} {'time s':>8} {'speed-up':>8} {'effic.':>7} {'vs 1 proc':>9} "
+          f"{'start s':>8} {'max |Δr|':>9}")  # fmt: skip
+    for r in rows:
+        r["speedup"] = t1 / r["seconds"] if t1 else None
+        r["efficiency"] = t1 / (r["workers"] * r["seconds"]) if t1 else None
+        r["vs_single_process"] = t_one / r["seconds"]
+        sp = f"{r['speedup']:.2f}x" if t1 else "-"
+        ef = f"{r['efficiency']:.0%}" if t1 else "-"
+        print(f"{r['workers']:>7} {r['seconds']:>8.2f} {sp:>8} {ef:>7} "
+              f"{r['vs_single_process']:>8.2f}x {r['actor_start_s']:>8.1f} "
+              f"{r['max_abs_diff']:>9.1e}")  # fmt: skip
+    out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores, "measures": ms,
+           "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
+           "sources": wl.sources}  # fmt: skip
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+def _powers(cores: int) -> list[int]:
+    out, w = [], 1
+    while w <= cores:
+        out.append(w)
+        w *= 2
+    return out
+
+
+if __name__ == "__main__":
+    main()

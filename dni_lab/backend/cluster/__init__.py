@@ -1,0 +1,18 @@
+"""One inspection sharded over a Ray cluster (``dl.inspect(..., cluster=...)``).
+
+``shards`` cuts the data into the single-process loop's blocks and moves measure
+states between machines, ``worker`` is the actor that keeps the models resident and
+folds a shard into fresh states, ``driver`` deals shards and merges the states in
+record order, and ``connect`` finds (or starts) the Ray to run on.
+"""
+
+from . import connect as _connect
+from .driver import forget_workers, run_sharded
+
+__all__ = ["run_sharded", "shutdown"]
+
+
+def shutdown() -> None:
+    """Kill the workers kept between runs and stop the local Ray a run started."""
+    forget_workers()
+    _connect.shutdown()

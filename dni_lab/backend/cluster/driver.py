@@ -1,0 +1,258 @@
+"""The driver: deal shards to worker actors, merge their states in order, stop early.
+
+The driver runs the single-process loop's bookkeeping on an
+:class:`~dni_lab.backend.engine.Inspection` (progress, convergence, the live frame,
+``on_block`` callbacks, cancel) but never runs a model after the first block's unit
+resolution. Shards are dealt ahead (two per worker) so workers never wait for the
+driver; a result is merged only when every earlier shard has been, so early stopping
+decides on exactly the states one process would hold, and shards read past the
+stopping point are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+import torch
+
+from ..engine import Inspection
+from ..errors import DNIError
+from ..provenance import RecordsHash
+from .connect import WorkerShape, connect, worker_error, worker_shape
+from .shards import Block, InOrder, Shard, fork, forkable
+from .worker import Plan, ShardWorker, worker_params
+
+#: Shards in flight per worker: one being read, one waiting, so a worker never idles.
+AHEAD = 2
+
+#: Seconds between checks for a cancel while waiting for workers (Stop's latency).
+POLL_S = 0.1
+
+#: Restarts of a dead worker (and retries of its shard) before the run fails.
+RETRIES = 3
+
+#: Actors kept between runs, under (Ray job, worker shape): a new Python with torch
+#: costs seconds per worker, and a notebook runs many queries on one cluster.
+_HOSTS: dict[tuple[str, WorkerShape], list[Any]] = {}
+
+#: Runs reading with each key's actors right now (a notebook may start a query while
+#: the last one is still stopping), and the lock that keeps the two tables consistent.
+_BUSY: Counter[tuple[str, WorkerShape]] = Counter()
+_LOCK = threading.RLock()
+
+
+def forget_workers(ray: Any | None = None, idle_only: bool = False) -> None:
+    """Kill the kept actors: their CPUs and GPUs are needed elsewhere, or Ray stops.
+
+    Kept actors hold their resources while idle, so a new worker shape, or the Ray tasks
+    of :mod:`.tasks`, would wait for them forever. ``idle_only`` spares the actors of a
+    run in progress.
+    """
+    with _LOCK:
+        for key in [k for k in _HOSTS if not (idle_only and _BUSY[k])]:
+            for a in _HOSTS.pop(key):
+                with contextlib.suppress(Exception):  # already dead, or Ray already gone
+                    (ray or _ray()).kill(a, no_restart=True)
+            _BUSY.pop(key, None)
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def _hosts(ray: Any, shape: WorkerShape) -> tuple[tuple[str, WorkerShape], list[Any]]:
+    """The kept actors of ``shape`` (started if need be), marked busy for one more run."""
+    key = (ray.get_runtime_context().get_job_id(), shape)
+    with _LOCK:
+        if key not in _HOSTS:
+            forget_workers(ray, idle_only=True)
+            actor = ray.remote(ShardWorker).options(
+                **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
+            )
+            _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
+        _BUSY[key] += 1
+        return key, _HOSTS[key]
+
+
+def run_sharded(
+    insp: Inspection, on_block: Callable[[Inspection], None] | None = None
+) -> pl.DataFrame:
+    """Run ``insp`` over the Ray cluster its parameters name; return the final frame.
+
+    Parameters
+    ----------
+    insp : Inspection
+        A prepared inspection whose ``params.cluster`` is set.
+    on_block : callable, optional
+        Called with ``insp`` after each shard is merged, in shard order.
+
+    Returns
+    -------
+    polars.DataFrame
+        The score frame, as :meth:`Inspection.run` returns it.
+    """
+    ray = connect(insp.params.cluster)
+    insp.device = torch.device("cpu")  # the driver only merges; workers pick their device
+    start = time.perf_counter()
+    # Shards are read ahead of the merge: the data's hash must cover merged records only.
+    merged_hash, insp._records_hash = insp._records_hash, RecordsHash()
+    blocks = insp._blocks()
+    block0, _ = next(blocks)
+    insp._prepare(block0)
+    plan = Plan(
+        insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
+    )
+    pool = _Pool(ray, plan, insp)
+    insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
+    ok = False
+    try:
+        insp._read_to_end = pool.run(insp, block0, blocks, on_block, start, merged_hash)
+        ok = not insp._cancel
+    finally:
+        pool.close(keep=ok)
+        insp._records_hash = merged_hash
+    return insp._finish(start)
+
+
+class _Pool:
+    """The run's actors and the shards in flight on them."""
+
+    def __init__(self, ray: Any, plan: Plan, insp: Inspection) -> None:
+        self.ray = ray
+        shape = worker_shape(
+            ray.cluster_resources(), insp.params.cluster, insp.params.workers, insp.params.device
+        )
+        try:
+            self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
+        except Exception as exc:  # cloudpickle raises TypeError, PicklingError, ...
+            raise DNIError(
+                f"cannot send the inspection to Ray workers: {exc}. Models, encode functions, "
+                "hypotheses and measures must pickle (no open files, locks or sockets in "
+                "them); define them at module level or in the notebook."
+            ) from exc
+        self.key, self.actors = _hosts(ray, shape)
+        self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
+        self.load = [0] * len(self.actors)  # shards in flight per actor
+        self._templates: list[Any] | None = None
+
+    def submit(self, shard: Shard, insp: Inspection) -> None:
+        # The least loaded actor: a slow (or restarting) worker does not hold shards up.
+        a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
+        converged = [s.converged for s in insp.states]
+        ref = self.actors[a].read.remote(
+            self.plan, shard.records, shard.first, converged, self._templates
+        )
+        self.inflight[ref] = (shard.index, a)
+        self.load[a] += 1
+
+    def set_templates(self, insp: Inspection) -> None:
+        """Forks of block 0's merged states for the measures that calibrate on it."""
+        forks = [fork(s.measure, s.accumulator) if forkable(s.measure) else None
+                 for s in insp.states]  # fmt: skip
+        if any(f is not None for f in forks):
+            self._templates = [self.ray.put(forks)]
+
+    def wait(self, insp: Inspection) -> list[tuple[int, list[Any]]]:
+        """Finished shards as (index, states); returns early (maybe empty) on a cancel."""
+        while self.inflight and not insp._cancel:
+            done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=POLL_S)
+            if done:
+                out = []
+                for ref in done:
+                    index, a = self.inflight.pop(ref)
+                    self.load[a] -= 1
+                    out.append((index, self._get(ref, index)))
+                return out
+        return []
+
+    def _get(self, ref: Any, index: int) -> list[Any]:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            raise worker_error(exc) from None
+        except self.ray.exceptions.RayActorError as exc:
+            raise DNIError(
+                f"a Ray worker died {RETRIES + 1} times reading shard {index}: "
+                f"{exc}. Check the workers' memory (a model per worker) or pass fewer workers=."
+            ) from exc
+
+    def run(self, insp: Inspection, block0: list[Any], blocks: Any,
+            on_block: Callable[[Inspection], None] | None, start: float,
+            merged_hash: RecordsHash) -> bool:  # fmt: skip
+        """Deal and merge shards until the data ends, pairs settle or a cancel.
+
+        Returns whether every record of the data was merged.
+        """
+        order = InOrder()
+        self.submit(Shard(0, 0, block0), insp)
+        held = {0: block0}  # records of shards dealt but not merged yet
+        sizes = {0: len(block0)}
+        more = True
+        # Block 0 alone first where a measure calibrates on it: later shards start from it.
+        alone = any(forkable(m) for m in insp.measures)
+        while not insp._cancel:
+            while (
+                more
+                and (order.next > 0 or not alone)
+                and len(self.inflight) < AHEAD * len(self.actors)
+            ):
+                nxt = next(blocks, None)
+                if nxt is None:
+                    more = False
+                    break
+                index = len(sizes)
+                sizes[index] = len(nxt[0])
+                held[index] = nxt[0]
+                self.submit(Shard(index, nxt[1], nxt[0]), insp)
+            if not self.inflight:
+                return not more and order.next == len(sizes)
+            for index, states in self.wait(insp):
+                order.put(index, states)
+            for index, states in order.ready():
+                self._merge(insp, index, states)
+                merged_hash.update(held.pop(index))
+                insp.progress.records_read += sizes[index]
+                insp.progress.blocks += 1
+                insp._check_convergence()
+                insp.progress.mark(time.perf_counter() - start)
+                if on_block is not None:
+                    on_block(insp)
+                if index == 0:
+                    self.set_templates(insp)
+                if insp._cancel or (insp.params.eps is not None and insp._settled()):
+                    return not more and order.next == len(sizes)
+        return False
+
+    def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
+        for s, new in zip(insp.states, states, strict=True):
+            if new is None:  # a model with nothing left to score was skipped
+                continue
+            if isinstance(new, Block):  # a measure that does not merge exactly
+                s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
+            else:
+                s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
+
+    def close(self, keep: bool) -> None:
+        """Drop the shards still in flight; kill the actors after a cancel or a failure.
+
+        After an early stop the actors stay for the next run (the shards read ahead are
+        cancelled or finish in a block's time); a Stop must free the cluster at once.
+        """
+        for ref in self.inflight:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=False)
+        self.inflight.clear()
+        with _LOCK:
+            _BUSY[self.key] -= 1
+            if not keep and not _BUSY[self.key]:  # another run may be reading with them
+                for a in _HOSTS.pop(self.key, []):
+                    with contextlib.suppress(Exception):
+                        self.ray.kill(a, no_restart=True)

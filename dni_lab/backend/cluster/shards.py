@@ -1,0 +1,171 @@
+"""Deterministic shards and the measure states they produce.
+
+A shard is one block of the single-process loop: records ``first .. first + len - 1``
+of the data, cut by the driver exactly as :meth:`Inspection._blocks` cuts them. A worker
+folds a shard into *fresh* measure states; the driver merges those states in shard
+order, so after shard ``k`` the merged state is what one process holds after block
+``k``. Because a shard depends only on its record indices, a shard whose worker died is
+read again by another and yields the same states.
+
+Two things make a fresh state merge like the single-process one:
+
+* **Calibration.** IoU thresholds and mutual-information bin edges are fixed by the
+  first block a state reads; a fresh state of block 7 would calibrate on block 7 and
+  refuse to merge. Workers therefore start from a *fork* of the merged state after
+  block 0: its calibration with its counts emptied (:func:`fork`).
+* **Device.** States cross machines on the CPU (:func:`moved`); a driver without a GPU
+  merges what GPU workers computed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..measures import Measure
+
+#: Measures whose state calibrates on its first block, and the fields that count what
+#: was read (emptied by a fork; everything else, the calibration, is kept). A user
+#: measure that calibrates gives itself a ``fork(state)`` method instead.
+_COUNTS: dict[str, tuple[str, ...]] = {
+    "IoU": ("inter", "a", "b", "n", "n_records"),
+    "MutualInformation": ("joint", "u_count", "n", "n_records"),
+}
+
+
+#: Measures whose ``merge`` is not order-exact (``logreg``: averaged warm-start weights,
+#: a per-state plateau history), by class name. Workers send their blocks' behaviors
+#: instead, and the driver updates these states itself, in record order: the same
+#: answer as one process, at the cost of shipping behaviors and doing their arithmetic
+#: on the driver. A measure says otherwise with a ``merge_exact`` attribute.
+_NOT_EXACT = frozenset({"LogReg"})
+
+
+def merges_exactly(measure: Measure) -> bool:
+    """Whether merging fresh per-block states in order equals one state reading them."""
+    flag = getattr(measure, "merge_exact", None)
+    return bool(flag) if flag is not None else type(measure).__name__ not in _NOT_EXACT
+
+
+@dataclass
+class Block:
+    """One block's behaviors of a state's units, for a measure the driver updates."""
+
+    U: torch.Tensor
+    H: torch.Tensor
+    mask: torch.Tensor
+
+
+class Deferred(Measure):
+    """Stands in on a worker for a measure that does not merge exactly: keeps the block."""
+
+    def __init__(self, measure: Measure) -> None:
+        self.measure = measure
+        self.name = measure.name
+        self.joint = measure.joint
+
+    def start(self, n_units: int, n_hyps: int, device: Any = "cpu", info: Any = None) -> None:
+        return None
+
+    def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Block:
+        return Block(U, H, mask)
+
+
+def forkable(measure: Measure) -> bool:
+    """Whether workers must start ``measure``'s states from a fork of block 0's state."""
+    return callable(getattr(measure, "fork", None)) or type(measure).__name__ in _COUNTS
+
+
+def fork(measure: Measure, state: Any) -> Any:
+    """An empty state with ``state``'s calibration: blocks it reads merge with ``state``.
+
+    Parameters
+    ----------
+    measure : Measure
+        The measure that owns ``state``.
+    state : Any
+        A state that has read the run's first block.
+
+    Returns
+    -------
+    Any
+        A deep copy of ``state`` whose counts are zero.
+    """
+    own = getattr(measure, "fork", None)
+    if callable(own):
+        return own(state)
+    out = copy.deepcopy(state)
+    for name in _COUNTS[type(measure).__name__]:
+        value = getattr(out, name)
+        if isinstance(value, torch.Tensor):
+            setattr(out, name, torch.zeros_like(value))
+        elif value is not None:
+            setattr(out, name, type(value)(0))
+    return out
+
+
+def moved(obj: Any, device: torch.device | str) -> Any:
+    """``obj`` with every tensor (and recorded device) on ``device``; shares nothing moved.
+
+    Walks dataclasses, plain objects, lists, tuples and dicts: measure states are plain
+    objects (DESIGN: "states are plain objects that can be merged across machines").
+    """
+    device = torch.device(device)
+    return _walk(obj, lambda t: t.to(device), device, {})
+
+
+def _walk(obj: Any, f: Callable[[torch.Tensor], torch.Tensor], device: torch.device,
+          seen: dict[int, Any]) -> Any:  # fmt: skip
+    if isinstance(obj, torch.Tensor):
+        return f(obj)
+    if isinstance(obj, torch.device):
+        return device
+    if isinstance(obj, (list, tuple)):
+        items = [_walk(v, f, device, seen) for v in obj]
+        return type(obj)(items) if not hasattr(obj, "_fields") else type(obj)(*items)
+    if isinstance(obj, dict):
+        return {k: _walk(v, f, device, seen) for k, v in obj.items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
+        if id(obj) in seen:
+            return seen[id(obj)]
+        out = copy.copy(obj)
+        seen[id(obj)] = out
+        for k, v in vars(obj).items():
+            object.__setattr__(out, k, _walk(v, f, device, seen))  # frozen dataclasses too
+        return out
+    return obj
+
+
+@dataclass
+class Shard:
+    """One block of records, numbered like the single-process loop numbers it."""
+
+    index: int
+    first: int
+    records: list[Any]
+
+
+class InOrder:
+    """Hands out results in shard order, whatever order workers finish in."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self._held: dict[int, Any] = {}
+
+    def put(self, index: int, value: Any) -> None:
+        self._held[index] = value
+
+    def ready(self) -> list[tuple[int, Any]]:
+        """The results that continue the sequence, removed from the buffer."""
+        out = []
+        while self.next in self._held:
+            out.append((self.next, self._held.pop(self.next)))
+            self.next += 1
+        return out
+
+    def __len__(self) -> int:
+        return len(self._held)

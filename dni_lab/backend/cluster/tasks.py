@@ -1,0 +1,140 @@
+"""Jobs sharded over Ray: the by-example index's activations, the permutation test's null.
+
+``NeuronIndex.fit(..., cluster=...)`` runs the model over every record once; here the
+records are cut into contiguous shards, each shard is a Ray task that places the
+model on its worker's device and returns the shard's ``(records, units)`` activations,
+and the driver stacks them in record order. A record's activation depends only on the
+record, so the stacked matrix (and the index built from it) is the single-process
+one; a task whose worker dies is retried by Ray on another.
+
+``permutation_test(..., cluster=...)`` computes the behaviors once, here, and deals
+contiguous runs of its chunks of permutations to tasks; a task replays the random
+draws of the chunks before its own, so the counts add up to the single-process ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DNIError
+from .connect import connect, worker_error, worker_shape
+from .driver import forget_workers
+
+#: Shards per worker: a few, so that a slow worker does not hold the last shard alone.
+SHARDS_PER_WORKER = 4
+
+
+def _activations_shard(model: Any, records: list[Any], layer: Any, symbol_agg: str,
+                       batch_size: int, device: Any) -> tuple[np.ndarray, str]:  # fmt: skip
+    from ..examples.acts import Activations
+
+    ev = Activations(model, records, layer, None, symbol_agg, batch_size, device)
+    return ev(np.arange(len(records))), ev.resolve()[0]
+
+
+def sharded_activations(
+    model: Any,
+    records: Sequence[Any],
+    layer: Any,
+    symbol_agg: str,
+    batch_size: int,
+    device: Any,
+    cluster: str | int | bool,
+    workers: int | None = None,
+) -> tuple[np.ndarray, str]:
+    """Per-record activations of every unit of ``layer``, computed by Ray tasks.
+
+    Parameters
+    ----------
+    model : Model
+    records : sequence
+        The dataset, addressed by position.
+    layer, symbol_agg, batch_size, device
+        As in :class:`~dni_lab.backend.examples.index.NeuronIndex`.
+    cluster, workers
+        As in :func:`dl.inspect`.
+
+    Returns
+    -------
+    (numpy.ndarray, str)
+        ``(len(records), width)`` float32 activations in record order, and the
+        layer's address.
+    """
+    if not len(records):
+        raise DNIError("the index needs records; pass a non-empty sequence.")
+    ray = connect(cluster)
+    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
+    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    n = len(records)
+    size = max(batch_size, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
+    task = ray.remote(_activations_shard).options(**shape.options(), max_retries=3)
+    model_ref = ray.put(model)
+    refs = [task.remote(model_ref, list(records[lo : lo + size]), layer, symbol_agg,
+                        batch_size, device) for lo in range(0, n, size)]  # fmt: skip
+    try:
+        parts = ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        for r in refs:
+            ray.cancel(r)
+        raise worker_error(exc) from None
+    return np.concatenate([p for p, _ in parts]), parts[0][1]
+
+
+def _null_hits_shard(blocks: list[tuple], sizes: list[int], first: int, stop: int,
+                     alternative: str, target: Any, info: list[Any], seed: int,
+                     device: Any) -> Any:  # fmt: skip
+    from ..extract import resolve_device
+    from ..verify.stats import null_hits
+    from .shards import moved
+
+    dev = resolve_device(device)
+    return null_hits(moved(blocks, dev), sizes, first, stop, alternative, target, info, seed, dev)
+
+
+def sharded_null_hits(
+    blocks: list[tuple],
+    sizes: list[int],
+    alternative: str,
+    target: Any,
+    info: list[Any],
+    seed: int,
+    device: Any,
+    cluster: str | int | bool,
+    workers: int | None = None,
+) -> Any:
+    """The permutation test's counts of extreme null scores, summed over Ray tasks.
+
+    Parameters
+    ----------
+    blocks, sizes, alternative, target, info, seed
+        As in :func:`~dni_lab.backend.verify.stats.null_hits` (``sizes``: permutations
+        per chunk, the unit a task takes a contiguous run of).
+    device, cluster, workers
+        As in :func:`dl.inspect`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(units, hypotheses)`` float64 counts, equal to the single-process ones.
+    """
+    from .shards import moved
+
+    ray = connect(cluster)
+    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
+    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    n = len(sizes)
+    per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
+    task = ray.remote(_null_hits_shard).options(**shape.options(), max_retries=3)
+    ref = ray.put(moved(blocks, "cpu"))
+    refs = [task.remote(ref, sizes, k, min(k + per, n), alternative, target, info, seed,
+                        device) for k in range(0, n, per)]  # fmt: skip
+    try:
+        return sum(ray.get(refs))
+    except ray.exceptions.RayTaskError as exc:
+        for r in refs:
+            ray.cancel(r)
+        raise worker_error(exc) from None

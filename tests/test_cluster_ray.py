@@ -1,0 +1,242 @@
+"""One inspection sharded over a local Ray (2 workers): the same frame as one process,
+early stopping included; generator data; Stop; a worker killed mid-run; worker errors.
+
+One Ray and one pair of worker actors serve the whole module (start-up costs seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from conftest import CharLM, encode_chars, paren, position, random_records
+
+import dni_lab as dl
+from dni_lab.backend.engine import Inspection
+from dni_lab.backend.errors import HypothesisError
+from dni_lab.backend.measures.corr import Corr
+from dni_lab.backend.params import InspectParams
+
+ray = pytest.importorskip("ray")
+
+KEYS = ["mid", "uid", "hid", "measure"]
+WORKERS = 2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_ray_per_module():
+    yield
+    from dni_lab.backend.cluster import shutdown
+
+    shutdown()
+
+
+def _model() -> dl.Model:
+    torch.manual_seed(0)
+    return dl.Model(CharLM(hidden=8), encode=encode_chars, name="toy")
+
+
+@dl.hypothesis
+def never(r):
+    return [0] * len(r)
+
+
+def _both(hyps, measures, data, **kw):
+    """The frame of one process and of the cluster, same arguments."""
+    one = dl.inspect(_model(), hyps, measures, data() if callable(data) else data, **kw)
+    many = dl.inspect(
+        _model(), hyps, measures, data() if callable(data) else data, cluster=WORKERS, **kw
+    )
+    return one.sort(KEYS), many.sort(KEYS)
+
+
+def assert_same_frame(a: pl.DataFrame, b: pl.DataFrame, f1_tol: float = 0.01) -> None:
+    assert a.select(KEYS).equals(b.select(KEYS))
+    for col in ("reason", "converged", "n_records"):
+        assert a[col].to_list() == b[col].to_list(), col
+    for col in ("unit_score", "group_score", "err"):
+        assert a[col].is_null().to_list() == b[col].is_null().to_list(), col
+    probe = (a["measure"] == "logreg").to_numpy()
+    for col in ("unit_score", "err"):
+        x, y = a[col].fill_null(0).to_numpy(), b[col].fill_null(0).to_numpy()
+        assert np.abs(x - y)[~probe].max(initial=0) <= 1e-6, col
+    gx, gy = a["group_score"].fill_null(0).to_numpy(), b["group_score"].fill_null(0).to_numpy()
+    assert np.abs(gx - gy)[~probe].max(initial=0) <= 1e-6
+    assert np.abs(gx - gy)[probe].max(initial=0) <= f1_tol
+
+
+def test_cluster_frame_equals_one_process_frame():
+    measures = ["corr", "logreg", "mi", "iou", "diffmeans"]
+    a, b = _both([paren, position, never], measures, random_records(160), eps=None,
+                 block_size=24, cache=False)  # fmt: skip
+    assert a["reason"].str.contains("constant").any()  # null scores with a reason agree too
+    probe = pl.col("measure") == "logreg"
+    assert a.filter(probe)["group_score"].drop_nulls().len() > 0
+    assert_same_frame(a, b)
+    # logreg's states are updated by the driver from the workers' blocks, in order: its
+    # coefficients agree too, not only its F1
+    x, y = (f.filter(probe)["unit_score"].fill_null(0).to_numpy() for f in (a, b))
+    assert np.abs(x - y).max() <= 1e-6
+
+
+@pytest.mark.parametrize("probe", [False, True])
+def test_early_stopping_decides_on_merged_states_as_one_process(probe):
+    corr = Corr(group_records=4, buckets=8)  # an error after 32 records, so it can stop
+    # logreg scores binary hypotheses only: a continuous one would keep it reading
+    hyps, measures = ([paren], [corr, "logreg"]) if probe else ([paren, position], [corr])
+    a, b = _both(hyps, measures, random_records(1500, seed=3), eps=0.05, block_size=40,
+                 cache=False)  # fmt: skip
+    # pairs froze early (the corr-only run stops reading early, too) ...
+    assert (a["n_records"] < 1500).any() and a["converged"].any()
+    if probe:
+        assert (a.filter(pl.col("measure") == "logreg")["n_records"] < 1500).any()
+    else:
+        assert a["n_records"].max() < 1500
+    assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
+
+
+def test_generator_data_is_dealt_in_order(tmp_path):
+    recs = random_records(130, seed=5)
+    cache = dl.HypothesisCache(tmp_path / "hyps")  # workers open the same directory
+    a, b = _both([paren, position], ["corr"], lambda: (r for r in recs), eps=None,
+                 block_size=16, cache=cache, max_records=100)  # fmt: skip
+    assert a["n_records"].max() == 100
+    assert_same_frame(a, b)
+    assert cache.hits > 0 or any((tmp_path / "hyps").iterdir())
+
+
+def test_progress_and_live_frame_stream_in_shard_order():
+    seen = []
+    run = dl.inspect(_model(), [paren], ["corr"], random_records(120), eps=None,
+                     block_size=20, cache=False, cluster=WORKERS, background=True)  # fmt: skip
+    run.on_block(lambda r: seen.append((r.progress.records_read, r.frame.height)))
+    frame = run.result(timeout=120)
+    reads = [n for n, _ in seen]
+    assert reads == sorted(reads) and reads[-1] == 120
+    assert any(h > 0 for n, h in seen if n < 120)  # a live frame before the end
+    assert frame["converged"].all()
+
+
+def _slow(r):
+    time.sleep(0.02)
+    return [c in "()" for c in r]
+
+
+def test_stop_cancels_every_worker_within_seconds():
+    insp = Inspection(_model(), [_slow], ["corr"], random_records(600), params=InspectParams(
+        eps=None, block_size=10, cache=False, cluster=WORKERS))  # fmt: skip
+    run = dl.backend.run.start_run(insp)
+    deadline = time.time() + 120
+    while insp.progress.blocks < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert insp.progress.blocks >= 1
+    t0 = time.perf_counter()
+    run.cancel()
+    assert run.wait(10)
+    assert time.perf_counter() - t0 < 5
+    frame = run.result()
+    assert insp.progress.cancelled and not frame["converged"].all()
+    assert 0 < frame["n_records"].max() < 600
+    for actor in insp.cluster_workers:  # Stop killed them: nothing keeps reading
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.pid.remote(), timeout=30)
+
+
+def test_a_killed_worker_is_retried_without_changing_the_answer():
+    recs = random_records(200, seed=9)
+    params = InspectParams(eps=None, block_size=10, cache=False, cluster=WORKERS)
+    warm = Inspection(_model(), [paren], ["corr"], recs[:20], params=params)
+    warm.run()  # the module's actors exist now; note their processes
+    pids = ray.get([a.pid.remote() for a in warm.cluster_workers], timeout=60)
+    killed = []
+
+    def kill_once(insp):
+        if not killed:  # shards are in flight on both workers now
+            os.kill(pids[-1], signal.SIGKILL)
+            killed.append(pids[-1])
+
+    hyps = [_slow, position]
+    insp = Inspection(_model(), hyps, ["corr", "diffmeans"], recs, params=params)
+    b = insp.run(on_block=kill_once).sort(KEYS)
+    after = ray.get([a.pid.remote() for a in insp.cluster_workers], timeout=60)
+    assert killed and killed[0] not in after  # that worker really died and was restarted
+    a = dl.inspect(_model(), hyps, ["corr", "diffmeans"], recs, eps=None, block_size=10,
+                   cache=False).sort(KEYS)  # fmt: skip
+    assert_same_frame(a, b)
+
+
+def test_a_worker_error_surfaces_as_the_one_process_error():
+    def broken(r):
+        if r.startswith("a"):
+            raise ValueError("no records starting with a")
+        return [0.0] * len(r)
+
+    recs = ["bcd"] * 50 + ["abc"] + ["bcd"] * 20
+    with pytest.raises(HypothesisError) as one:
+        dl.inspect(_model(), [broken], ["corr"], recs, block_size=16, cache=False)
+    with pytest.raises(HypothesisError) as many:
+        dl.inspect(_model(), [broken], ["corr"], recs, block_size=16, cache=False,
+                   cluster=WORKERS)  # fmt: skip
+    assert str(many.value) == str(one.value) and "50" in str(one.value)
+
+
+def test_a_query_runs_on_the_cluster_from_its_with_options(monkeypatch):
+    import dni_lab.backend.cluster as cluster
+
+    sharded = []
+    real = cluster.run_sharded
+    monkeypatch.setattr(cluster, "run_sharded", lambda i, cb: sharded.append(1) or real(i, cb))
+    recs = random_records(90, seed=11)
+    ns = {"lm": _model(), "texts": recs, "hyps": [paren, position]}
+    sql = "SELECT * INSPECT lm AND hyps OVER texts WITH (eps = NULL, block_size = 16, {})"
+    one = dl.query(sql.format("cluster = NULL"), namespace=ns)
+    many = dl.query(sql.format(f"cluster = 'local', workers = {WORKERS}"), namespace=ns)
+    assert sharded == [1]  # only the query WITH a cluster ran on it
+    assert_same_frame(one.sort(KEYS), many.sort(KEYS))
+
+
+def test_neuron_index_fit_sharded_equals_one_process():
+    recs = random_records(300, seed=13)
+    make = lambda: dl.examples.NeuronIndex("lstm", ratio=0.1, n_partitions=8,  # noqa: E731
+                                           batch_size=32, device="cpu")  # fmt: skip
+    one = make().fit(_model(), recs)
+    many = make().fit(_model(), recs, cluster=WORKERS)
+    for name in ("mai_ids_", "partitions_"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
+    for name in ("mai_values_", "lower_", "upper_"):
+        np.testing.assert_allclose(getattr(one, name), getattr(many, name), atol=1e-6)
+    assert (one.address_, one.digest_) == (many.address_, many.digest_)
+    with pytest.raises(dl.DNIError, match="lstm9"):  # a worker's error, as one process says it
+        dl.examples.NeuronIndex("lstm9", device="cpu").fit(_model(), recs, cluster=WORKERS)
+
+
+def test_permutation_test_sharded_gives_the_same_p_values(monkeypatch):
+    import dni_lab.backend.verify.stats as vstats
+
+    monkeypatch.setattr(vstats, "_CHUNK_BYTES", 40_000)  # several chunks of permutations
+    recs = random_records(120, seed=17, lo=4, hi=10)
+    kw = {"units": [("lstm", "*")], "n_permutations": 60, "device": "cpu", "seed": 3}
+    one = dl.verify.permutation_test(_model(), [paren, position], recs, **kw)
+    many = dl.verify.permutation_test(_model(), [paren, position], recs, cluster=WORKERS, **kw)
+    assert one["p_value"].n_unique() > 3  # a real spread of p-values, not all 1
+    assert one["p_value"].to_list() == many["p_value"].to_list()
+    assert one["q_value"].to_list() == many["q_value"].to_list()
+
+
+def test_an_unpicklable_hypothesis_is_named_before_any_worker_runs():
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(r):
+        with lock:
+            return [0.0] * len(r)
+
+    with pytest.raises(dl.DNIError, match="cannot send the inspection to Ray workers"):
+        dl.inspect(_model(), [locked], ["corr"], random_records(20), cache=False,
+                   cluster=WORKERS)  # fmt: skip
