@@ -17,7 +17,7 @@ import torch
 from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
-from .hypotheses import hypothesis_block
+from .hypotheses import BlockCancelled, hypothesis_block
 from .params import InspectParams
 from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
@@ -183,17 +183,23 @@ class Inspection:
                     )
                     for mu in self._active_models()
                 }
-            H = torch.from_numpy(
-                hypothesis_block(
-                    self.families,
-                    block_records,
-                    n_sym,
-                    first,
-                    self.cache,
-                    self._fingerprints,
-                    self._finished_families(),
-                )
-            ).to(self.device)
+            try:
+                H = torch.from_numpy(
+                    hypothesis_block(
+                        self.families,
+                        block_records,
+                        n_sym,
+                        first,
+                        self.cache,
+                        self._fingerprints,
+                        self._finished_families(),
+                        cancelled=lambda: self._cancel,
+                    )
+                ).to(self.device)
+            except BlockCancelled:  # a Stop mid-block: no state saw this block, drop it
+                break
+            if self._cancel:
+                break
             mask = (
                 torch.arange(H.shape[1], device=self.device)[None, :]
                 < torch.as_tensor(n_sym, device=self.device)[:, None]
@@ -205,6 +211,7 @@ class Inspection:
                     cols = s.columns
                     Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
                     s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
+            self._records_hash.update(block_records)  # provenance: only blocks that counted
             self.progress.records_read = first + len(block_records)
             self.progress.blocks += 1
             self._check_convergence()
@@ -233,7 +240,6 @@ class Inspection:
                 if first == 0:
                     raise DNIError("the data holds no records; pass a non-empty sequence.")
                 return
-            self._records_hash.update(block)
             yield block, first
             first += len(block)
 

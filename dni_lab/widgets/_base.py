@@ -9,6 +9,8 @@ a blob URL cannot resolve relative imports).
 from __future__ import annotations
 
 import functools
+import html
+import uuid
 from collections.abc import Mapping
 from importlib import resources
 from itertools import pairwise
@@ -90,6 +92,83 @@ class Panel(anywidget.AnyWidget):
         key = selection_key(self.selection)
         sel = f", selected {key}" if key else ""
         return f"<{type(self).__name__}: {self._describe()}{sel}>"
+
+    # -- static snapshots ---------------------------------------------------------
+    # A saved notebook keeps a panel's output bundle, not its widget model: the text/html
+    # part is what nbconvert, GitHub and a notebook opened without the kernel's widgets show.
+    _display_id: str | None = None
+
+    def snapshot_html(self) -> str:
+        """The panel as static HTML (no script): its title, state and data as a table."""
+        return snapshot(type(self).__name__, self._describe(), self.data)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data["text/html"] = self.snapshot_html()
+        return data, meta
+
+    def _ipython_display_(self) -> None:
+        # Displayed under a display id, so that refresh_snapshot() can replace the saved
+        # bundle once the panel reaches its final state (a run that ended).
+        from IPython.display import display
+
+        if self._display_id is None:
+            self._display_id = uuid.uuid4().hex
+        data, meta = self._repr_mimebundle_()
+        display(data, metadata=meta, raw=True, display_id=self._display_id)
+
+    def refresh_snapshot(self) -> None:
+        """Replace this panel's displayed bundle with its current snapshot (the live view is
+        redrawn from the same model). Front ends apply it while the displaying cell runs."""
+        if self._display_id is not None:
+            from IPython.display import update_display
+
+            data, meta = self._repr_mimebundle_()
+            update_display(data, metadata=meta, raw=True, display_id=self._display_id)
+
+
+_STYLE = (
+    "font-family:system-ui,sans-serif;font-size:12px;border:1px solid #ddd;"
+    "border-radius:4px;padding:6px;max-width:100%;overflow:auto"
+)
+
+
+def snapshot(
+    title: str, state: str, frame: pl.DataFrame | None, rows: int = 20, note: str = ""
+) -> str:
+    """Static HTML of a panel: a title line, an optional note and up to ``rows`` rows."""
+    head = (
+        f'<div style="margin-bottom:4px"><b>{html.escape(title)}</b> '
+        f'<span style="color:#777">{html.escape(state)}</span></div>'
+    )
+    if note:
+        head += f'<div style="color:#555;margin-bottom:4px">{html.escape(note)}</div>'
+    body = ""
+    if frame is not None and frame.width:
+        shown = frame.head(rows)
+        th = "".join(
+            f'<th style="text-align:left;padding:1px 6px">{html.escape(c)}</th>'
+            for c in shown.columns
+        )
+        trs = "".join(
+            "<tr>" + "".join(f'<td style="padding:1px 6px">{_cell(v)}</td>' for v in r) + "</tr>"
+            for r in shown.iter_rows()
+        )
+        more = frame.height - shown.height
+        tail = f'<div style="color:#777">… {more:,} more rows</div>' if more > 0 else ""
+        body = f'<table style="border-collapse:collapse"><tr>{th}</tr>{trs}</table>{tail}'
+    return f'<div class="dni-snapshot" style="{_STYLE}">{head}{body}</div>'
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, bool):
+        return "✓" if v else "·"
+    return html.escape(str(v))
 
 
 def link_selection(*panels: Panel) -> list[traitlets.link]:
