@@ -35,9 +35,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port in DNI_LAB_E2E_PORTS (``lo-hi``, e.g. ``18800-18899`` where a shared machine
+    hands out ranges), else any free port."""
+    lo, _, hi = os.environ.get("DNI_LAB_E2E_PORTS", "").partition("-")
+    candidates = range(int(lo), int(hi) + 1) if lo and hi else [0]
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port in DNI_LAB_E2E_PORTS={os.environ['DNI_LAB_E2E_PORTS']}")
 
 
 def write_notebook(path: Path, cells: Sequence[str]) -> Path:
