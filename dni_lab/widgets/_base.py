@@ -62,7 +62,51 @@ def as_selection(value: Any) -> dict[str, Any]:
     return out
 
 
-class Panel(anywidget.AnyWidget):
+class Snapshots:
+    """Static snapshots for a widget: ``text/html`` beside the widget view in its output.
+
+    A saved notebook keeps a widget's output bundle, not its model: the text/html part
+    is what nbconvert, GitHub and a notebook opened where the models do not exist show.
+    The output is displayed under a display id, so that :meth:`refresh_snapshot` can
+    replace it once the widget reaches its final state (a run that ended).
+    """
+
+    _display_id: str | None = None
+
+    def snapshot_html(self) -> str:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        # the base's own shape: (data, metadata) from anywidget, data alone from ipywidgets
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.snapshot_html()
+        return bundle
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = self._repr_mimebundle_()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self._display_id is None:
+            self._display_id = uuid.uuid4().hex
+        data, meta = self._bundle()
+        display(data, metadata=meta, raw=True, display_id=self._display_id)
+
+    def refresh_snapshot(self) -> None:
+        """Replace this widget's displayed bundle with its current snapshot; the live view is
+        redrawn from the same model. (JupyterLab and Notebook 7 apply it until the cell
+        that displayed the widget runs again.)"""
+        if self._display_id is not None:
+            from IPython.display import update_display
+
+            data, meta = self._bundle()
+            update_display(data, metadata=meta, raw=True, display_id=self._display_id)
+
+
+class Panel(Snapshots, anywidget.AnyWidget):
     """Base class of the dni_lab panels.
 
     Attributes
@@ -93,39 +137,9 @@ class Panel(anywidget.AnyWidget):
         sel = f", selected {key}" if key else ""
         return f"<{type(self).__name__}: {self._describe()}{sel}>"
 
-    # -- static snapshots ---------------------------------------------------------
-    # A saved notebook keeps a panel's output bundle, not its widget model: the text/html
-    # part is what nbconvert, GitHub and a notebook opened without the kernel's widgets show.
-    _display_id: str | None = None
-
     def snapshot_html(self) -> str:
         """The panel as static HTML (no script): its title, state and data as a table."""
         return snapshot(type(self).__name__, self._describe(), self.data)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.snapshot_html()
-        return data, meta
-
-    def _ipython_display_(self) -> None:
-        # Displayed under a display id, so that refresh_snapshot() can replace the saved
-        # bundle once the panel reaches its final state (a run that ended).
-        from IPython.display import display
-
-        if self._display_id is None:
-            self._display_id = uuid.uuid4().hex
-        data, meta = self._repr_mimebundle_()
-        display(data, metadata=meta, raw=True, display_id=self._display_id)
-
-    def refresh_snapshot(self) -> None:
-        """Replace this panel's displayed bundle with its current snapshot (the live view is
-        redrawn from the same model). Front ends apply it while the displaying cell runs."""
-        if self._display_id is not None:
-            from IPython.display import update_display
-
-            data, meta = self._repr_mimebundle_()
-            update_display(data, metadata=meta, raw=True, display_id=self._display_id)
 
 
 _STYLE = (

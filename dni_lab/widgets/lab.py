@@ -12,7 +12,7 @@ import polars as pl
 import traitlets
 
 from ..backend.run import Run
-from ._base import as_selection, link_selection, selection_key
+from ._base import Snapshots, as_selection, link_selection, selection_key
 from .image_overlay import ImageOverlay
 from .plots import Plot
 from .query_builder import QueryBuilder
@@ -24,7 +24,7 @@ def _is_image(record: Any) -> bool:
     return getattr(np.asarray(record) if not isinstance(record, str) else record, "ndim", 0) >= 2
 
 
-class Lab(ipywidgets.VBox):
+class Lab(Snapshots, ipywidgets.VBox):
     """Score table, activation overlay and plots that follow one selection.
 
     Click a table row (or a plot's point) and the overlay shows that unit over
@@ -127,6 +127,15 @@ class Lab(ipywidgets.VBox):
         self._last_plot = now
         for p in self.plots:
             p.update(frame)
+        if final:  # the saved output shows the dashboard as it ended
+            self.refresh_snapshot()
+
+    def snapshot_html(self) -> str:
+        """The panels' snapshots, one under the other."""
+        parts = [self.table, *([self.overlay] if self.overlay else []), *self.plots]
+        return (
+            '<div class="dni-snapshot-lab">' + "".join(p.snapshot_html() for p in parts) + "</div>"
+        )
 
     def __repr__(self) -> str:
         parts = [f"{self.table.frame.height} rows"]
