@@ -361,3 +361,25 @@ def test_a_run_displays_as_its_live_table(session):
     assert "INSPECT frame S" in table.note and table.frame.columns[:2] == ["mid", "epoch"]
     assert sorted(table.frame["epoch"].unique().to_list()) == [1, 2, 3]
     assert DisplayFormatter  # the formatter machinery is what calls _ipython_display_
+
+
+def test_the_final_snapshot_is_also_published_from_the_main_thread(kernel, monkeypatch):
+    pytest.importorskip("anywidget")
+    import threading
+
+    from dni_lab.widgets import ScoreTable
+
+    calls = []
+    monkeypatch.setattr(
+        ScoreTable, "refresh_snapshot", lambda self: calls.append(threading.current_thread())
+    )
+    ip = kernel
+    ip.run_cell("%%inspect -o res --block-size 100\n" + SLOW_QUERY)
+    ip.user_ns["res"].wait(30)
+    ip.run_cell("x = 1")  # any later cell: nbclient applies updates sent under it
+    deadline = time.perf_counter() + 5
+    while len(calls) < 2 and time.perf_counter() < deadline:
+        time.sleep(0.02)  # the run's thread reports its end just after wait() returns
+    assert threading.main_thread() in calls and len(calls) == 2  # the run's thread, and here
+    ip.run_cell("y = 2")
+    assert len(calls) == 2  # once is enough
