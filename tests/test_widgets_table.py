@@ -210,3 +210,11 @@ def test_magic_default_view_follows_the_liveview_protocol(char_model, records, h
     view.update()
     view.finish()
     assert view._status["state"] == "done" and view.frame.height == 2
+
+
+def test_a_selection_made_elsewhere_pages_the_table_to_its_row():
+    t = ScoreTable(big_frame(), page_size=20, sort=[["uid", "asc"]])
+    t.selection = {"mid": "b", "uid": 500, "hid": "paren"}  # e.g. a plot's point
+    assert t._page["page"] == 25 and "b|500|paren" in t._page["keys"]
+    t.selection = {"mid": "b", "uid": 510, "hid": "paren"}  # on this page already: stays
+    assert t._page["page"] == 25

@@ -92,17 +92,21 @@ class Lab(Snapshots, ipywidgets.VBox):
         self._interval, self._last_plot = plot_interval, 0.0
         self.table.on_frame(self._on_frame)
         panels = [self.table, *([self.overlay] if self.overlay else []), *self.plots]
-        top = ipywidgets.HBox(
+        # The table takes the full width (its eleven columns were clipped at half width);
+        # the overlay sits under it.
+        top = ipywidgets.VBox(
             [self.table, *([self.overlay] if self.overlay else [])],
-            layout=ipywidgets.Layout(align_items="flex-start", width="100%"),
+            layout=ipywidgets.Layout(width="100%"),
         )
         rows: list[Any] = [self.builder] if self.builder else []
         rows += [top, ipywidgets.HBox(self.plots, layout=ipywidgets.Layout(flex_flow="row wrap"))]
         super().__init__(rows, layout=ipywidgets.Layout(width="100%"))
         self._links = link_selection(*panels)
         self._own = traitlets.link((self, "selection"), (self.table, "selection"))
-        for p in panels:  # share the width evenly between table and overlay
+        for p in self.plots:  # plots share a row
             p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
+        for p in [self.table, *([self.overlay] if self.overlay else [])]:
+            p.layout = ipywidgets.Layout(width="100%", overflow="auto")
 
     @property
     def data(self) -> pl.DataFrame:

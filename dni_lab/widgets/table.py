@@ -14,7 +14,7 @@ import traitlets
 
 from ..backend.frames import export as export_frame
 from ..backend.run import Run
-from ._base import Panel, as_selection, esm
+from ._base import Panel, as_selection, esm, selection_key
 from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
@@ -108,6 +108,7 @@ class ScoreTable(Panel):
         self.on_msg(self._on_message)
         self.observe(self._on_view_change, names=["_sort", "_filter", "page_size"])
         self.observe(self._on_page_change, names=["_page_index"])
+        self.observe(self._show_selected, names=["selection"])
         if isinstance(source, pl.DataFrame):
             self.frame = source
         elif source is not None:
@@ -245,6 +246,16 @@ class ScoreTable(Panel):
         self._notify_frame(run.done)
         if run.done:
             self._snapshot_final()
+
+    def _show_selected(self, change: Any) -> None:
+        """Page to the selected row when it was chosen elsewhere (a plot's point, Python)."""
+        key = selection_key(change["new"])
+        with self._lock:
+            if not key or key in self._page.get("keys", []):
+                return
+            hits = [i for i, k in enumerate(row_keys(self._view)) if k == key]
+            if hits:
+                self._page_index = hits[0] // max(self.page_size, 1)
 
     def _on_view_change(self, _change: Any) -> None:
         with self._lock:
