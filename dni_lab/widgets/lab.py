@@ -46,6 +46,10 @@ class Lab(Snapshots, ipywidgets.VBox):
     plot_interval : float
         Seconds between plot refreshes while a run streams (SVG rendering costs
         CPU the run would otherwise use).
+    charts : {"svg", "vega"}
+        ``"svg"``: charts drawn in the kernel by vl-convert (light, static SVG with
+        clickable marks); ``"vega"``: :class:`~.vega.VegaPlot`, drawn by Vega in the
+        browser with tooltips, zoom and click selection (a 0.9 MB module, offline).
 
     Attributes
     ----------
@@ -66,6 +70,7 @@ class Lab(Snapshots, ipywidgets.VBox):
         plots: Sequence[str] = ("sorted", "heatmap"),
         plot_interval: float = 5.0,
         page_size: int = 15,
+        charts: str = "svg",
     ) -> None:
         if isinstance(source, Run):
             # a query's run (QueryRun) has no single model list: pass models= etc. then
@@ -85,8 +90,14 @@ class Lab(Snapshots, ipywidgets.VBox):
             cls = ImageOverlay if _is_image(records[0]) else TextOverlay
             self.overlay = cls(models, records, hypotheses)
         kinds = list(plots) + (["epochs"] if epochs and "epochs" not in plots else [])
+        if charts not in ("svg", "vega"):
+            raise ValueError(f"charts={charts!r}: use 'svg' (drawn in the kernel) or 'vega'.")
+        if charts == "vega":
+            from .vega import VegaPlot as plot_cls
+        else:
+            plot_cls = Plot
         self.plots = [
-            Plot(k, self.table.frame, **({"epochs": dict(epochs)} if k == "epochs" else {}))
+            plot_cls(k, self.table.frame, **({"epochs": dict(epochs)} if k == "epochs" else {}))
             for k in kinds
         ]
         self._interval, self._last_plot = plot_interval, 0.0
