@@ -383,3 +383,35 @@ def test_the_final_snapshot_is_also_published_from_the_main_thread(kernel, monke
     assert threading.main_thread() in calls and len(calls) == 2  # the run's thread, and here
     ip.run_cell("y = 2")
     assert len(calls) == 2  # once is enough
+
+
+def test_stop_skips_the_final_fit_and_acts_inside_a_block(char_model, records, monkeypatch):
+    """After a Stop the frame is the scores as they stand: no final probe fit (which took
+    longer than a block for logreg), and a slow hypothesis is left between records."""
+    meas = dl.get_measure("corr")
+    fits = []
+    real = type(meas).result
+    # peek() (the cheap current scores) defaults to result(): only count direct calls
+    monkeypatch.setattr(type(meas), "peek", lambda self, *a, **k: real(self, *a, **k))
+    monkeypatch.setattr(
+        type(meas), "result", lambda self, *a, **k: fits.append(1) or real(self, *a, **k)
+    )
+
+    @dl.hypothesis(name="slow")
+    def slow(r):
+        time.sleep(0.005)
+        return [c in "()" for c in r]
+
+    run = dl.inspect(models=[char_model], hypotheses=[slow], measures=[meas], data=records * 40,
+                     units=[("lstm", [0, 1])], eps=None, block_size=200, background=True,
+                     cache=False)  # fmt: skip
+    while run.progress.blocks < 1:
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the second block (about 1 s of hypotheses)
+    t0 = time.perf_counter()
+    run.cancel()
+    assert run.wait(5) and time.perf_counter() - t0 < 0.5
+    frame = run.result()
+    assert run.progress.cancelled and run.progress.records_read == 200 and not fits
+    assert frame["n_records"].to_list() == [200, 200]
+    assert dl.provenance(frame)["records_read"] == 200  # the abandoned block is not counted

@@ -342,7 +342,9 @@ class Inspection:
         parts = []
         for s in self.states:
             # A state whose pairs all converged reports frozen scores: no final fit needed.
-            if final and not s.converged.all():
+            # Neither after a Stop: the person wants the scores as they stand, now (a final
+            # probe fit took longer than the block in flight).
+            if final and not self._cancel and not s.converged.all():
                 current = s.measure.result(s.accumulator, confidence)
             else:
                 current = s.measure.peek(s.accumulator, confidence)
