@@ -60,6 +60,10 @@ class Run:
                 return empty_frame()
             return self._frame
 
+    def live_frame(self) -> pl.DataFrame:
+        """The frame a live view shows: :attr:`frame` (a query's run adds ``epoch``)."""
+        return self.frame
+
     @property
     def done(self) -> bool:
         return self._done.is_set()

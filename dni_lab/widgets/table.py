@@ -149,7 +149,7 @@ class ScoreTable(Panel):
         run.on_block(self._on_block)
         self._stop_requested = False
         with self._lock:
-            self._frame = run.frame
+            self._frame = run.live_frame()
             self._refresh()
         self._notify_frame(run.done)
         return self
@@ -171,7 +171,7 @@ class ScoreTable(Panel):
         """Show the run's final frame and state."""
         if self.run is not None:
             with self._lock:
-                self._frame = self.run.frame
+                self._frame = self.run.live_frame()
                 self._refresh()
             self._notify_frame(True)
             self._snapshot_final()
@@ -241,7 +241,7 @@ class ScoreTable(Panel):
             self._push_status()
             return
         with self._lock:
-            self._frame = run.frame
+            self._frame = run.live_frame()
             self._refresh()
         self._notify_frame(run.done)
         if run.done:

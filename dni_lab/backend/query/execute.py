@@ -80,9 +80,12 @@ class QueryInspection:
         return self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
 
     # -- S -----------------------------------------------------------------------
-    def frame(self, final: bool = False) -> pl.DataFrame:
-        """S so far (score-frame columns): finished steps and the step in flight, with the
-        checkpoint's ``epoch`` when it has one (checkpoints of a model share its ``mid``)."""
+    def frame(self, final: bool = False, epochs: bool = False) -> pl.DataFrame:
+        """S so far (score-frame columns): finished steps and the step in flight; with
+        ``epochs`` also the checkpoint's ``epoch`` after ``mid`` (checkpoints of a model
+        share its ``mid``), as the live table shows it."""
+        if not epochs:
+            return self.scores(internal=False)
         s = self.scores(internal=False, checkpoints=True)
         epochs = {i: e.meta.get("epoch") for i, e in enumerate(self.grouping.scope.models)}
         if all(v is None for v in epochs.values()):
@@ -196,6 +199,10 @@ class QueryRun(Run):
     @property
     def frame(self) -> pl.DataFrame:  # type: ignore[override]
         return self.inspection.frame()
+
+    def live_frame(self) -> pl.DataFrame:
+        """S so far with each checkpoint's ``epoch`` (what the live table shows)."""
+        return self.inspection.frame(epochs=True)
 
     def __repr__(self) -> str:
         p = self.progress
