@@ -71,6 +71,11 @@ function render({ model, el }) {
             model.set("pinned", [...pinned, s]); model.save_changes();
           }
         } }, "pin"),
+      // change the unit from here: the neighbours in its layer (the table follows)
+      h("button", { class: "dni-btn dni-step", "data-step": "-1", title: "previous unit of this layer",
+        disabled: !selKey(model.get("selection")), onclick: () => model.send({ type: "step", delta: -1 }) }, "‹ unit"),
+      h("button", { class: "dni-btn dni-step", "data-step": "1", title: "next unit of this layer",
+        disabled: !selKey(model.get("selection")), onclick: () => model.send({ type: "step", delta: 1 }) }, "unit ›"),
     );
     if (lay.error) bar.append(h("div", { class: "dni-error", style: { flexBasis: "100%" } }, lay.error));
     const units = lay.units || [];
