@@ -117,9 +117,6 @@ class InspectMagics(Magics):
         super().__init__(shell)
         # -o names bound to a run still going: a cell that uses one waits (wait_for_use)
         self.pending: dict[str, QueryRun] = {}
-        # live views of background runs whose final snapshot is yet to be published from
-        # the kernel's main thread (see wait_for_use)
-        self.views: list[tuple[QueryRun, Any]] = []
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="store the result frame in this variable")
@@ -238,8 +235,6 @@ class InspectMagics(Magics):
         run.on_block(on_end)
         if run.done:  # it ended before the callback was registered
             on_end(run)
-        if hasattr(view, "refresh_snapshot"):
-            self.views.append((run, view))
 
     def wait_for_use(self, info: Any) -> None:
         """``pre_run_cell`` hook: a cell that names a pending ``-o`` variable waits for its run.
@@ -266,13 +261,6 @@ class InspectMagics(Magics):
                 print(_CANCELLED.format(what=name), file=sys.stderr)
             _bind(ns, name, run)
             self.pending.pop(name, None)
-        # A run that ended: publish its table's final snapshot from here as well. The run's
-        # own thread did so under its cell's message, which JupyterLab applies but a
-        # notebook executor (nbclient: nbconvert, nbval) ignores once that cell is over;
-        # both apply an update that comes with the cell now running.
-        for run, view in [rv for rv in self.views if rv[0].done]:
-            self.views.remove((run, view))
-            view.refresh_snapshot()
 
 
 def _note(view: Any, result: str) -> None:
