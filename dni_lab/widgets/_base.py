@@ -94,6 +94,33 @@ class Snapshots:
             self._display_id = uuid.uuid4().hex
         data, meta = self._bundle()
         display(data, metadata=meta, raw=True, display_id=self._display_id)
+        if self._running():
+            self._refresh_on_a_later_cell()
+
+    def _running(self) -> bool:
+        """Whether the widget follows something still going (its snapshot is not final)."""
+        return False
+
+    def _refresh_on_a_later_cell(self) -> None:
+        """Publish the final snapshot again from the first cell run after the end.
+
+        The end is published under the message of the cell that displayed the widget:
+        JupyterLab applies that, but a notebook executor (nbclient: nbconvert, nbval)
+        ignores messages of a cell that is over; both apply an update that comes with
+        the cell now running.
+        """
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            return
+
+        def hook(*_args: Any) -> None:
+            if not self._running():
+                shell.events.unregister("pre_run_cell", hook)
+                self.refresh_snapshot()
+
+        shell.events.register("pre_run_cell", hook)
 
     def refresh_snapshot(self) -> None:
         """Replace this widget's displayed bundle with its current snapshot; the live view is

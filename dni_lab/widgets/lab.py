@@ -145,6 +145,9 @@ class Lab(Snapshots, ipywidgets.VBox):
         if final:  # the saved output shows the dashboard as it ended
             self.refresh_snapshot()
 
+    def _running(self) -> bool:
+        return self.table._running()
+
     def snapshot_html(self) -> str:
         """The panels' snapshots, one under the other."""
         parts = [self.table, *([self.overlay] if self.overlay else []), *self.plots]

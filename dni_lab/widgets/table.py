@@ -176,31 +176,8 @@ class ScoreTable(Panel):
             self._notify_frame(True)
             self._snapshot_final()
 
-    def _ipython_display_(self) -> None:
-        super()._ipython_display_()
-        if self.run is not None and not self.run.done:
-            self._refresh_on_a_later_cell()
-
-    def _refresh_on_a_later_cell(self) -> None:
-        """Publish the final snapshot again from the first cell run after the run ended.
-
-        The run's own thread publishes it under the message of the cell that displayed
-        the table: JupyterLab applies that, but a notebook executor (nbclient: nbconvert,
-        nbval) ignores messages of a cell that is over; both apply an update that comes
-        with the cell now running.
-        """
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        if shell is None:
-            return
-
-        def hook(*_args: Any) -> None:
-            if self.run is not None and self.run.done:
-                shell.events.unregister("pre_run_cell", hook)
-                self.refresh_snapshot()
-
-        shell.events.register("pre_run_cell", hook)
+    def _running(self) -> bool:
+        return self.run is not None and not self.run.done
 
     def _snapshot_final(self) -> None:
         # Once per run: the displayed bundle's static part becomes the final table (saved
