@@ -16,6 +16,7 @@ from ..backend.frames import export as export_frame
 from ..backend.run import Run
 from ._base import Panel, as_selection, esm, selection_key
 from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
+from ._status import QUERY_NOTE, progress_line, run_status
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
 DEFAULT_COLUMNS = (
@@ -37,11 +38,7 @@ HIDDEN = ("group", "reason")
 #: correlations are not on one scale), strongest |score| first (a unit at -0.72 tells as
 #: much as one at +0.72).
 DEFAULT_SORT = [["measure", "asc"], ["|unit_score|", "desc"]]
-#: What the live table of a query shows, said in its header.
-QUERY_NOTE = (
-    "live: the INSPECT frame S, before SELECT, HAVING, ORDER BY and LIMIT apply; "
-    "the query's result is {result}"
-)
+
 _MIME = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}
 
 
@@ -321,21 +318,7 @@ class ScoreTable(Panel):
             "note": self.note,
         }
         if self.run is not None:
-            p = self.run.progress
-            left = p.time_left_s
-            rate = p.records_per_s
-            status.update(
-                records_read=p.records_read,
-                total_records=p.total_records,
-                blocks=p.blocks,
-                share_converged=round(p.share_converged, 4),
-                # eps=None reads every record: no pair "converges", so no share to show
-                early_stopping=_eps(self.run) is not None,
-                records_per_s=None if rate is None else round(rate, 1),
-                time_left_s=None if left is None else round(left, 1),
-                elapsed_s=round(p.elapsed_s, 1),
-                stopping=self._stop_requested and not p.done,
-            )
+            status.update(run_status(self.run), stopping=self._stop_requested and not self.run.done)
         self._status = status
 
     # -- messages from the browser ------------------------------------------------
@@ -357,34 +340,3 @@ class ScoreTable(Panel):
             payload = path.read_bytes()
         msg = {"type": "download", "name": f"scores.{fmt}", "mime": _MIME[fmt]}
         return msg, [payload]
-
-
-def _eps(run: Run) -> float | None:
-    """The run's early-stopping bound (``dl.inspect`` or a query's options)."""
-    insp = run.inspection
-    params = getattr(insp, "params", None) or getattr(
-        getattr(insp, "grouping", None), "options", None
-    )
-    return getattr(params, "eps", None)
-
-
-def progress_line(st: dict[str, Any]) -> str:
-    """The header's progress text from a status dict (``js/table.js: progressBar`` says the
-    same in the browser): records, blocks, what stops the run, speed, time left."""
-    if st.get("records_read") is None:
-        return ""
-    total = st.get("total_records")
-    parts = [f"{st['records_read']:,}" + (f" / {total:,}" if total else "") + " records"]
-    parts.append(f"{st.get('blocks', 0):,} blocks")
-    if st.get("early_stopping"):
-        parts.append(f"{round(100 * (st.get('share_converged') or 0))}% of pairs converged")
-    else:
-        parts.append("reading all records (eps=None)")
-    if st.get("state") == "running":
-        if st.get("records_per_s"):
-            parts.append(f"{st['records_per_s']:,.0f} records/s")
-        if st.get("time_left_s") is not None:
-            parts.append(f"≤ {round(st['time_left_s']):,} s left")
-    elif st.get("elapsed_s") is not None:
-        parts.append(f"{st['elapsed_s']:.1f} s")
-    return " · ".join(parts)
