@@ -247,11 +247,8 @@ class InspectMagics(Magics):
             if ns.get(name) is not run and not run.done:
                 del self.pending[name]  # the user rebound the name: not ours any more
                 continue
-            if run.done:
-                _bind(ns, name, run)
-                del self.pending[name]
-                continue
-            if not re.search(rf"(?<![\w.]){re.escape(name)}\b", source):
+            named = re.search(rf"(?<![\w.]){re.escape(name)}\b", source) is not None
+            if not run.done and not named:
                 continue
             try:
                 while not run.wait(_POLL_S):
@@ -260,7 +257,14 @@ class InspectMagics(Magics):
                 _stop(run)
                 print(_CANCELLED.format(what=name), file=sys.stderr)
             _bind(ns, name, run)
-            self.pending.pop(name, None)
+            del self.pending[name]
+            if run.error is not None and named:  # else `name.height` would fail obscurely
+                print(
+                    f"dni_lab: the %%inspect run behind {name!r} failed: "
+                    f"{type(run.error).__name__}: {run.error}\n{name} is still its handle; "
+                    f"{name}.result() raises the error.",
+                    file=sys.stderr,
+                )
 
 
 def _note(view: Any, result: str) -> None:

@@ -415,3 +415,19 @@ def test_stop_skips_the_final_fit_and_acts_inside_a_block(char_model, records, m
     assert run.progress.cancelled and run.progress.records_read == 200 and not fits
     assert frame["n_records"].to_list() == [200, 200]
     assert dl.provenance(frame)["records_read"] == 200  # the abandoned block is not counted
+
+
+def test_a_failed_background_run_is_reported_where_its_name_is_used(kernel, capsys):
+    ip = kernel
+    ip.run_cell(
+        "@dl.hypothesis(name='breaks')\n"
+        "def breaks(r):\n"
+        "    if r.startswith('SELECT'):\n"
+        "        raise ValueError('no SELECT here')\n"
+        "    return [0.0] * len(r)\n"
+    )
+    ip.run_cell("%%inspect -o bad\nSELECT S.uid INSPECT lm AND breaks OVER texts")
+    ip.run_cell("x = bad")
+    err = capsys.readouterr().err
+    assert "the %%inspect run behind 'bad' failed: HypothesisError" in err
+    assert isinstance(ip.user_ns["bad"], QueryRun) and ip.user_ns["bad"].error is not None
