@@ -54,13 +54,6 @@ CHECK = (
 )
 
 
-@pytest.fixture
-def shots():
-    d = Path(__file__).resolve().parents[2] / "docs" / "screenshots"  # kept: a person looks
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def test_live_inspection_in_jupyterlab(tmp_path, shots):
     tests_dir = str(Path(__file__).resolve().parents[1])
     write_notebook(tmp_path / "live.ipynb", [SETUP.format(tests=tests_dir), SHOW, CHECK])

@@ -73,13 +73,6 @@ WHERE M.epoch = 1 AND U.layer = 'lstm' AND H.name = 'paren' AND D.rid < 100
 STATIC = "from dni_lab.widgets import ScoreTable\nScoreTable(fin)"
 
 
-@pytest.fixture
-def shots():
-    d = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 @pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
 def test_background_inspect_cell(tmp_path, shots, app):
     tests_dir = str(Path(__file__).resolve().parents[1])
