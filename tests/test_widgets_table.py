@@ -119,6 +119,16 @@ def test_snapshot_html_is_in_the_bundle_and_escapes():
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html and "<script" not in html
 
 
+def test_converged_share_is_the_rows_own(char_model, records, hyps):
+    # read to the end with early stopping on: every row settles (✓), and the header says so
+    run = dl.inspect(models=[char_model], hypotheses=hyps, data=records, units=[("lstm", [0, 1])],
+                     eps=0.5, background=True, cache=False)  # fmt: skip
+    run.wait(30)
+    t = ScoreTable(run)
+    assert t.frame["converged"].all() and t._status["share_converged"] == 1.0
+    assert "100% of pairs converged" in progress_line(t._status)
+
+
 def test_click_selects_row_even_if_the_page_moved():
     t = ScoreTable(big_frame())
     t._sort = [["uid", "desc"]]
@@ -178,9 +188,10 @@ def test_live_run_streams_and_stops(char_model, records, hyps):
     assert t.frame.height == 24 and t._status["records_read"] < len(records) * 20
     assert t._status["early_stopping"] is False and t._status["records_per_s"] > 0
     line = progress_line(t._status)
-    assert "reading all records (eps=None)" in line and "converged" not in line
+    assert "eps=None: no early stop" in line and "converged" not in line
+    assert "reading all records (eps=None)" in progress_line({**t._status, "state": "running"})
     html = t.snapshot_html()
-    assert "cancelled" in html and "reading all records" in html and "went on" not in html
+    assert "cancelled" in html and "no early stop" in html and "went on" not in html
     assert len(set(seen)) > 2  # several blocks were shown, not only the end
     assert repr(t) == "<ScoreTable: 24 of 24 rows, cancelled>"
 

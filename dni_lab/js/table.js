@@ -12,7 +12,7 @@ function progressBar(st) {
     `${fmt(st.blocks)} blocks`,
     // eps=None reads every record: no pair "converges" early, so no share to show
     st.early_stopping ? `${Math.round((st.share_converged || 0) * 100)}% of pairs converged`
-      : "reading all records (eps=None)",
+      : st.state === "running" ? "reading all records (eps=None)" : "eps=None: no early stop",
   ];
   if (st.state === "running") {
     if (st.records_per_s) parts.push(`${fmt(Math.round(st.records_per_s))} records/s`);

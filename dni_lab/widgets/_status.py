@@ -54,8 +54,10 @@ def progress_line(st: dict[str, Any]) -> str:
     parts.append(f"{st.get('blocks', 0):,} blocks")
     if st.get("early_stopping"):
         parts.append(f"{round(100 * (st.get('share_converged') or 0))}% of pairs converged")
-    else:
+    elif st.get("state") == "running":
         parts.append("reading all records (eps=None)")
+    else:
+        parts.append("eps=None: no early stop")
     if st.get("state") == "running":
         if st.get("records_per_s"):
             parts.append(f"{st['records_per_s']:,.0f} records/s")

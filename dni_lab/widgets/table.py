@@ -319,6 +319,10 @@ class ScoreTable(Panel):
         }
         if self.run is not None:
             status.update(run_status(self.run), stopping=self._stop_requested and not self.run.done)
+            if "converged" in self._frame.columns and self._frame.height:
+                # the rows' own ✓ column: a run that read to the end settles every pair,
+                # which the engine's count of early convergences does not include
+                status["share_converged"] = round(float(self._frame["converged"].mean()), 4)
         self._status = status
 
     # -- messages from the browser ------------------------------------------------
