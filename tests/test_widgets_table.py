@@ -229,3 +229,23 @@ def test_a_selection_made_elsewhere_pages_the_table_to_its_row():
     assert t._page["page"] == 25 and "b|500|paren" in t._page["keys"]
     t.selection = {"mid": "b", "uid": 510, "hid": "paren"}  # on this page already: stays
     assert t._page["page"] == 25
+
+
+def test_the_later_cell_snapshot_is_brought_up_to_date(char_model, records, hyps, monkeypatch):
+    """A later cell may start after the run ended but before its thread told the table."""
+    import IPython.display
+
+    run = dl.inspect(models=[char_model], hypotheses=hyps, data=records * 5,
+                     units=[("lstm", "*")], eps=None, block_size=16, background=True,
+                     cache=False)  # fmt: skip
+    t = ScoreTable(run)
+    run._callbacks.clear()  # the run's thread never reaches the table: the race, made certain
+    run.wait(30)
+    assert t._status["state"] == "running"
+    sent = []
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **k: sent.append(data))
+    t._display_id = "shown"
+    t._publish_final()
+    (data,) = sent
+    assert "24 of 24 rows, done" in data["text/html"] and "≤" not in data["text/html"]
+    assert data["text/plain"] == "<ScoreTable: 24 of 24 rows, done>"

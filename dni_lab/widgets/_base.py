@@ -101,6 +101,11 @@ class Snapshots:
         """Whether the widget follows something still going (its snapshot is not final)."""
         return False
 
+    def _publish_final(self) -> None:
+        """Bring the widget up to its final state and publish its snapshot (the run's own
+        thread may not have shown its end yet when a later cell starts)."""
+        self.refresh_snapshot()
+
     def _refresh_on_a_later_cell(self) -> None:
         """Publish the final snapshot again from the first cell run after the end.
 
@@ -118,7 +123,7 @@ class Snapshots:
         def hook(*_args: Any) -> None:
             if not self._running():
                 shell.events.unregister("pre_run_cell", hook)
-                self.refresh_snapshot()
+                self._publish_final()
 
         shell.events.register("pre_run_cell", hook)
 

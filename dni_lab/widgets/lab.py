@@ -148,6 +148,10 @@ class Lab(Snapshots, ipywidgets.VBox):
     def _running(self) -> bool:
         return self.table._running()
 
+    def _publish_final(self) -> None:
+        self.table._publish_final()  # its own output, if it has one; then the dashboard's
+        self.refresh_snapshot()
+
     def snapshot_html(self) -> str:
         """The panels' snapshots, one under the other."""
         parts = [self.table, *([self.overlay] if self.overlay else []), *self.plots]

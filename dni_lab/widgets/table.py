@@ -176,6 +176,13 @@ class ScoreTable(Panel):
     def _running(self) -> bool:
         return self.run is not None and not self.run.done
 
+    def _publish_final(self) -> None:
+        if self.run is not None:
+            with self._lock:
+                self._frame = self.run.live_frame()
+                self._refresh()
+        self.refresh_snapshot()
+
     def _snapshot_final(self) -> None:
         # Once per run: the displayed bundle's static part becomes the final table (saved
         # with the notebook; front ends apply it while the displaying cell still runs).
