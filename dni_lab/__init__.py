@@ -60,6 +60,16 @@ __all__ = [
 ]
 
 
+def _live_table(run: Run):
+    """A run shown in a notebook is its live score table (imported late: anywidget)."""
+    from .widgets.table import ScoreTable
+
+    return ScoreTable(run)
+
+
+Run.display_hook = _live_table
+
+
 def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPython
     """``%load_ext dni_lab`` registers the ``%%inspect`` magic."""
     from .magic import load_ipython_extension as _load

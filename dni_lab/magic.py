@@ -1,9 +1,19 @@
 """``%%inspect`` and ``%inspect``: run an INSPECT query from a notebook cell.
 
-``%load_ext dni_lab`` registers them. The cell runs the query in the background
-while the cell shows its progress; the final Polars frame is the cell's
-result (and stored under ``-o NAME``). A mistake in the query is a
-``UsageError`` that shows the position, a caret and suggestions, not a traceback.
+``%load_ext dni_lab`` registers them. A mistake in the query is a ``UsageError``
+that shows the position, a caret and suggestions, not a traceback.
+
+In a kernel an INSPECT query runs in the background: the cell ends at once and
+shows a live score table that works while the run streams (Stop, paging,
+sorting, selection), and the kernel is free for other cells. ``-o NAME`` is bound
+at once to the run handle (:class:`~dni_lab.backend.query.QueryRun`: ``.frame``
+is the INSPECT frame so far, ``.cancel()`` stops it) and rebound to the query's
+result frame when the run ends (the partial result after Stop). A later cell that
+names ``NAME`` first waits for the run, so a notebook run top to bottom (Run All,
+nbconvert, nbval) sees the final frame; interrupting the kernel while it waits
+stops the run and binds the partial result. ``--wait`` runs in the foreground (the
+cell's result is the frame); in a terminal that is the only mode, and an
+interrupt there also keeps the partial result.
 
 While the query runs the cell shows :func:`live_display` (a live score table);
 replace it (``dni_lab.magic.live_display = fn``) to show something else, such as
@@ -14,6 +24,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from typing import Any, Protocol
 
 import polars as pl
@@ -26,6 +37,7 @@ from .backend.query import Catalog, QueryError, QueryRun, parse, run_query
 
 # Options that take a value: the word after them is theirs, not the query's.
 _VALUED = {"-o", "--output", "--eps", "--block-size", "--catalog"}
+_CANCELLED = "dni_lab: stopped; {what} holds the scores read so far"
 _POLL_S = 0.1
 _UNSET = object()  # --eps none means "read everything", so None cannot mean "not given"
 
@@ -101,6 +113,11 @@ def split_options(line: str) -> tuple[str, str]:
 class InspectMagics(Magics):
     """The ``inspect`` magic, as a cell (``%%inspect``) and a line (``%inspect``)."""
 
+    def __init__(self, shell: Any = None) -> None:
+        super().__init__(shell)
+        # -o names bound to a run still going: a cell that uses one waits (wait_for_use)
+        self.pending: dict[str, QueryRun] = {}
+
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="store the result frame in this variable")
     @argument(
@@ -108,6 +125,9 @@ class InspectMagics(Magics):
     )
     @argument("--block-size", type=int, metavar="N", help="records per block")
     @argument("--no-live", action="store_true", help="no progress display; run in the foreground")
+    @argument(
+        "--wait", action="store_true", help="run in the foreground; the result is the cell's frame"
+    )
     @argument("--catalog", metavar="NAME", help="a dl.Catalog variable (default: the session's)")
     @line_cell_magic
     @no_var_expand  # the line is SQL: '$x' or '{a}' in a string literal must stay as written
@@ -143,10 +163,14 @@ class InspectMagics(Magics):
         try:
             q = parse(text)
             catalog = self._catalog(args.catalog)
-            if q.inspect is None or args.no_live:
+            if q.inspect is None:
                 result = run_query(q, catalog, ns, options=options)
             else:
-                result = self._live(run_query(q, catalog, ns, background=True, options=options))
+                run = run_query(q, catalog, ns, background=True, options=options)
+                if _in_kernel() and not (args.wait or args.no_live):
+                    self._background(run, args.output)
+                    return None
+                result = self._foreground(run, live=not args.no_live)
         except QueryError as exc:
             raise UsageError(str(exc)) from None
         except DNIError as exc:
@@ -163,9 +187,11 @@ class InspectMagics(Magics):
             raise UsageError(f"--catalog {name}: no dl.Catalog named {name!r} in the namespace")
         return cat
 
-    def _live(self, run: QueryRun) -> pl.DataFrame:
-        view = live_display(run)
-        if _in_kernel():  # a terminal cannot redraw a widget: it would print its repr
+    def _foreground(self, run: QueryRun, live: bool) -> pl.DataFrame:
+        """Wait for ``run`` here; an interrupt stops it and the partial result is returned."""
+        view = live_display(run) if live else None
+        _note(view, "the cell's frame")
+        if view is not None and _in_kernel():  # a terminal would print the widget's repr
             from IPython.display import display
 
             display(view)
@@ -175,16 +201,101 @@ class InspectMagics(Magics):
                 if update is not None:
                     update()
         except KeyboardInterrupt:  # stop reading; the partial frame is still a result
-            run.cancel()
-            run.wait()
-            print("dni_lab: cancelled; the result holds the scores read so far", file=sys.stderr)
+            _stop(run)
+            print(_CANCELLED.format(what="the result"), file=sys.stderr)
         finally:
             finish = getattr(view, "finish", None)
             if finish is not None:
                 finish()
         return run.result()
 
+    def _background(self, run: QueryRun, name: str | None) -> None:
+        """Show the live view and return; bind ``name`` now to the run, later to its result."""
+        from IPython.display import display
+
+        view = live_display(run)
+        _note(view, f"bound to {name} when the run ends" if name else "run.result()")
+        display(view)
+        ns = self.shell.user_ns
+        if name:
+            ns[name] = run
+            self.pending[name] = run
+        ended = threading.Lock()
+
+        def on_end(r: QueryRun) -> None:
+            # Called by the run's thread after every block and once at the end.
+            if not r.done or not ended.acquire(blocking=False):
+                return
+            if name:
+                _bind(ns, name, r)
+            finish = getattr(view, "finish", None)
+            if finish is not None:
+                finish()
+
+        run.on_block(on_end)
+        if run.done:  # it ended before the callback was registered
+            on_end(run)
+
+    def wait_for_use(self, info: Any) -> None:
+        """``pre_run_cell`` hook: a cell that names a pending ``-o`` variable waits for its run.
+
+        An interrupt while waiting stops the run; the variable gets the partial result.
+        """
+        ns = self.shell.user_ns
+        source = getattr(info, "raw_cell", "") or ""
+        for name, run in list(self.pending.items()):
+            if ns.get(name) is not run and not run.done:
+                del self.pending[name]  # the user rebound the name: not ours any more
+                continue
+            named = re.search(rf"(?<![\w.]){re.escape(name)}\b", source) is not None
+            if not run.done and not named:
+                continue
+            try:
+                while not run.wait(_POLL_S):
+                    pass
+            except KeyboardInterrupt:
+                _stop(run)
+                print(_CANCELLED.format(what=name), file=sys.stderr)
+            _bind(ns, name, run)
+            del self.pending[name]
+            if run.error is not None and named:  # else `name.height` would fail obscurely
+                print(
+                    f"dni_lab: the %%inspect run behind {name!r} failed: "
+                    f"{type(run.error).__name__}: {run.error}\n{name} is still its handle; "
+                    f"{name}.result() raises the error.",
+                    file=sys.stderr,
+                )
+
+
+def _note(view: Any, result: str) -> None:
+    """Tell a live table where the query's result goes (it shows S, not the result)."""
+    if view is not None and hasattr(view, "note"):
+        from .widgets.table import QUERY_NOTE
+
+        view.note = QUERY_NOTE.format(result=result)
+
+
+def _stop(run: QueryRun) -> None:
+    """Cancel ``run`` and wait for it, through further interrupts (the partial frame must
+    survive an impatient second Ctrl-C)."""
+    run.cancel()
+    while True:
+        try:
+            run.wait()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _bind(ns: dict[str, Any], name: str, run: QueryRun) -> None:
+    """``ns[name] = run.result()`` if ``name`` still holds the run (the user may have rebound
+    it); a failed run stays bound as its handle, whose ``result()`` raises the error."""
+    if ns.get(name) is run and run.done and run.error is None:
+        ns[name] = run.result()
+
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%%inspect`` / ``%inspect`` (``%load_ext dni_lab``)."""
-    ipython.register_magics(InspectMagics)
+    magics = InspectMagics(ipython)
+    ipython.register_magics(magics)
+    ipython.events.register("pre_run_cell", magics.wait_for_use)

@@ -3,6 +3,8 @@ every error class as a UsageError with the caret and the suggestion (no tracebac
 
 from __future__ import annotations
 
+import time
+
 import polars as pl
 import pytest
 from IPython.core.error import UsageError
@@ -224,3 +226,208 @@ def test_kernel_detection_accepts_subclassed_shells(monkeypatch):
     assert magic._in_kernel()
     monkeypatch.setattr("IPython.get_ipython", lambda: None)
     assert not magic._in_kernel()
+
+
+# -- the background cell -----------------------------------------------------------------
+SLOW_SETUP = """\
+import time
+import dni_lab as dl
+from query_workloads import sql_checkpoint, encode_sql, sql_records
+lm = dl.Model(sql_checkpoint(1.0), encode_sql, name='lm')
+texts = sql_records(200, seed=3)
+
+@dl.hypothesis(name="slow_kw")
+def slow_kw(r):
+    time.sleep(0.01)  # 200 records: about 2 s, long enough to act while it runs
+    return [c.isupper() for c in r]
+"""
+SLOW_QUERY = "SELECT S.uid, S.unit_score INSPECT lm AND slow_kw OVER texts"
+N_UNITS = 73  # every unit of the SQL model (its layers with parameters)
+
+
+@pytest.fixture
+def kernel(session, monkeypatch):
+    """The session's shell, taken for a kernel: INSPECT cells run in the background."""
+    ip, _ = session
+    monkeypatch.setattr(magic, "_in_kernel", lambda: True)
+    ip.run_cell(SLOW_SETUP)
+    return ip
+
+
+def test_background_cell_returns_at_once_and_binds_the_run_then_the_frame(kernel):
+    ip = kernel
+    t0 = time.perf_counter()
+    result = ip.run_cell("%%inspect -o res --eps none --block-size 8\n" + SLOW_QUERY)
+    assert result.success and result.result is None
+    assert time.perf_counter() - t0 < 1.0  # the run goes on; the kernel is free
+    run = ip.user_ns["res"]
+    assert isinstance(run, QueryRun) and not run.done
+    ip.run_cell("other = 1 + 1")  # a cell that does not name res does not wait
+    assert not run.done and ip.user_ns["other"] == 2
+    ip.run_cell("n = res.height")  # this one does: it sees the final frame
+    assert run.done and isinstance(ip.user_ns["res"], pl.DataFrame)
+    assert ip.user_ns["n"] == ip.user_ns["res"].height == N_UNITS  # the LSTM's units
+    assert ip.user_ns["res"].columns == ["uid", "unit_score"]
+
+
+def test_stop_binds_the_partial_frame_within_a_second(kernel):
+    ip = kernel
+    # blocks of 100 slow records (1 s each): a Stop must act inside a block, between records
+    ip.run_cell("%%inspect -o res --eps none --block-size 100\n" + SLOW_QUERY)
+    run = ip.user_ns["res"]
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    run.cancel()  # what the table's Stop button does
+    assert run.wait(2.0) and time.perf_counter() - t0 < 1.0
+    deadline = time.perf_counter() + 2
+    while not isinstance(ip.user_ns["res"], pl.DataFrame) and time.perf_counter() < deadline:
+        time.sleep(0.02)  # bound by the run's own thread, without another cell
+    res = ip.user_ns["res"]
+    assert isinstance(res, pl.DataFrame) and res.height == N_UNITS
+    assert run.progress.cancelled and run.progress.records_read in (0, 100)
+
+
+def test_interrupt_while_a_cell_waits_stops_the_run_and_keeps_the_partial_frame(
+    kernel, monkeypatch, capsys
+):
+    ip = kernel
+    ip.run_cell("%%inspect -o res --eps none --block-size 4\n" + SLOW_QUERY)
+    run = ip.user_ns["res"]
+    real_wait, calls = run.wait, []
+
+    def wait(timeout=None):  # the first wait is interrupted, as Ctrl-C / "interrupt kernel"
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_wait(timeout)
+
+    monkeypatch.setattr(run, "wait", wait)
+    ip.run_cell("h = res.height")
+    assert run.progress.cancelled and run.progress.records_read < 200
+    assert isinstance(ip.user_ns["res"], pl.DataFrame) and ip.user_ns["h"] == N_UNITS
+    assert "stopped; res holds the scores read so far" in capsys.readouterr().err
+
+
+def test_a_rebound_name_is_left_alone(kernel):
+    ip = kernel
+    ip.run_cell("%%inspect -o res --block-size 50\n" + SLOW_QUERY)
+    run = ip.user_ns["res"]
+    ip.run_cell("res = 'mine'")
+    run.wait(30)
+    ip.run_cell("print(res)")
+    assert ip.user_ns["res"] == "mine"
+
+
+def test_foreground_interrupt_keeps_the_partial_frame(session, monkeypatch, capsys):
+    ip, _ = session
+    ip.run_cell(SLOW_SETUP)
+    real = QueryRun.wait
+    state = {"n": 0}
+
+    def wait(self, timeout=None):
+        state["n"] += 1
+        if state["n"] == 3:  # a Ctrl-C during the run, then a second, impatient one
+            raise KeyboardInterrupt
+        if state["n"] == 4:
+            raise KeyboardInterrupt
+        return real(self, timeout)
+
+    monkeypatch.setattr(QueryRun, "wait", wait)
+    out = ip.run_cell_magic("inspect", "-o res --eps none --block-size 4", SLOW_QUERY)
+    assert isinstance(out, pl.DataFrame) and ip.user_ns["res"] is out and out.height == N_UNITS
+    assert "stopped; the result holds" in capsys.readouterr().err
+
+
+def test_a_run_displays_as_its_live_table(session):
+    pytest.importorskip("anywidget")
+    from IPython.core.formatters import DisplayFormatter
+
+    from dni_lab.widgets import ScoreTable
+
+    _, cat = session
+    run = dl.query(PAPER_QUERY, catalog=cat, namespace={}, background=True)
+    run.wait(30)
+    shown = []
+    import IPython.display
+
+    orig = IPython.display.display
+    try:
+        IPython.display.display = lambda obj, **kw: shown.append(obj)
+        run._ipython_display_()
+    finally:
+        IPython.display.display = orig
+    (table,) = shown
+    assert isinstance(table, ScoreTable) and table.run is run
+    assert "INSPECT frame S" in table.note and table.frame.columns[:2] == ["mid", "epoch"]
+    assert sorted(table.frame["epoch"].unique().to_list()) == [1, 2, 3]
+    assert DisplayFormatter  # the formatter machinery is what calls _ipython_display_
+
+
+def test_the_final_snapshot_is_also_published_from_the_main_thread(kernel, monkeypatch):
+    pytest.importorskip("anywidget")
+    import threading
+
+    from dni_lab.widgets import ScoreTable
+
+    calls = []
+    monkeypatch.setattr(
+        ScoreTable, "refresh_snapshot", lambda self: calls.append(threading.current_thread())
+    )
+    ip = kernel
+    ip.run_cell("%%inspect -o res --block-size 100\n" + SLOW_QUERY)
+    ip.user_ns["res"].wait(30)
+    ip.run_cell("x = 1")  # any later cell: nbclient applies updates sent under it
+    deadline = time.perf_counter() + 5
+    while len(calls) < 2 and time.perf_counter() < deadline:
+        time.sleep(0.02)  # the run's thread reports its end just after wait() returns
+    assert threading.main_thread() in calls and len(calls) == 2  # the run's thread, and here
+    ip.run_cell("y = 2")
+    assert len(calls) == 2  # once is enough
+
+
+def test_stop_skips_the_final_fit_and_acts_inside_a_block(char_model, records, monkeypatch):
+    """After a Stop the frame is the scores as they stand: no final probe fit (which took
+    longer than a block for logreg), and a slow hypothesis is left between records."""
+    meas = dl.get_measure("corr")
+    fits = []
+    real = type(meas).result
+    # peek() (the cheap current scores) defaults to result(): only count direct calls
+    monkeypatch.setattr(type(meas), "peek", lambda self, *a, **k: real(self, *a, **k))
+    monkeypatch.setattr(
+        type(meas), "result", lambda self, *a, **k: fits.append(1) or real(self, *a, **k)
+    )
+
+    @dl.hypothesis(name="slow")
+    def slow(r):
+        time.sleep(0.005)
+        return [c in "()" for c in r]
+
+    run = dl.inspect(models=[char_model], hypotheses=[slow], measures=[meas], data=records * 40,
+                     units=[("lstm", [0, 1])], eps=None, block_size=200, background=True,
+                     cache=False)  # fmt: skip
+    while run.progress.blocks < 1:
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the second block (about 1 s of hypotheses)
+    t0 = time.perf_counter()
+    run.cancel()
+    assert run.wait(5) and time.perf_counter() - t0 < 0.5
+    frame = run.result()
+    assert run.progress.cancelled and run.progress.records_read == 200 and not fits
+    assert frame["n_records"].to_list() == [200, 200]
+    assert dl.provenance(frame)["records_read"] == 200  # the abandoned block is not counted
+
+
+def test_a_failed_background_run_is_reported_where_its_name_is_used(kernel, capsys):
+    ip = kernel
+    ip.run_cell(
+        "@dl.hypothesis(name='breaks')\n"
+        "def breaks(r):\n"
+        "    if r.startswith('SELECT'):\n"
+        "        raise ValueError('no SELECT here')\n"
+        "    return [0.0] * len(r)\n"
+    )
+    ip.run_cell("%%inspect -o bad\nSELECT S.uid INSPECT lm AND breaks OVER texts")
+    ip.run_cell("x = bad")
+    err = capsys.readouterr().err
+    assert "the %%inspect run behind 'bad' failed: HypothesisError" in err
+    assert isinstance(ip.user_ns["bad"], QueryRun) and ip.user_ns["bad"].error is not None

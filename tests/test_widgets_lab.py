@@ -90,3 +90,32 @@ def test_link_selection_chain():
     link_selection(a, b, c)
     c.selection = {"mid": "m", "uid": 1, "hid": "h"}
     assert a.selection == {"mid": "m", "uid": 1, "hid": "h"}
+
+
+def test_every_panel_has_a_static_snapshot_and_the_lab_refreshes_its_own(
+    char_model, records, hyps, monkeypatch
+):
+    run = dl.inspect(
+        models=[char_model], hypotheses=hyps, data=records, units=[("lstm", "*")],
+        eps=None, block_size=64, background=True, cache=False,
+    )  # fmt: skip
+    lab = Lab(run, plot_interval=3600.0)
+    published = []
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: published.append(("d", a, k)))
+    monkeypatch.setattr(
+        IPython.display, "update_display", lambda *a, **k: published.append(("u", a, k))
+    )
+    lab._ipython_display_()
+    run.wait(30)
+    lab.table._on_block(run)  # the end of the run, as the worker thread reports it
+    (kind, _, kw), (kind2, (last,), kw2) = published[0], published[-1]
+    assert kind == "d" and kind2 == "u" and kw["display_id"] == kw2["display_id"]
+    assert "application/vnd.jupyter.widget-view+json" in last
+    html = last["text/html"]
+    assert html.count('class="dni-snapshot"') == 2 + len(lab.plots)  # table, overlay, plots
+    assert "done" in html and html.count("<svg") == len(lab.plots)
+    lab.table._handle_custom_msg({"type": "select", "index": 0, "key": ""}, [])
+    data, _ = lab.overlay._repr_mimebundle_()
+    assert "TextOverlay" in data["text/html"] and "<table" in data["text/html"]

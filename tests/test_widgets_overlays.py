@@ -9,7 +9,7 @@ from torch import nn
 
 import dni_lab as dl
 from dni_lab.backend.extract import Extractor, symbol_mask
-from dni_lab.widgets import ImageOverlay, TextOverlay
+from dni_lab.widgets import ImageOverlay, TextOverlay, selection_key
 from dni_lab.widgets.image_overlay import to_rgb
 
 SEL = {"mid": "toy", "uid": 7, "hid": "paren", "layer": "lstm", "unit": 1}
@@ -127,3 +127,16 @@ def test_to_rgb_grey_colour_and_one_hot():
     pic = to_rgb(onehot)
     assert (pic[0, 0] != pic[1, 1]).any()
     assert isinstance(pl.DataFrame(), pl.DataFrame)
+
+
+def test_text_overlay_steps_to_the_next_unit_of_its_layer(char_model, records, hyps):
+    o = TextOverlay(char_model, records, hyps, selection=SEL, page_size=5)
+    first = dict(o.selection)
+    o._handle_custom_msg({"type": "step", "delta": 1}, [])  # the "unit ›" button
+    assert o.selection["unit"] == first["unit"] + 1 and o.selection["uid"] == first["uid"] + 1
+    assert o.selection["layer"] == first["layer"] and o.selection["hid"] == first["hid"]
+    assert o._layout["units"][0]["key"] == selection_key(o.selection)  # redrawn for it
+    o.step_unit(-1)
+    assert o.selection == first
+    o.step_unit(-(first["unit"] + 1))  # before the first unit: stays
+    assert o.selection == first

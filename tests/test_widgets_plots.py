@@ -97,3 +97,34 @@ def test_bad_input_is_shown_not_raised():
     assert p.error and "dni-error" in p._svg
     with pytest.raises(ValueError, match="unknown plot kind"):
         Plot("pie", None)
+
+
+def test_vega_plot_is_offline_and_a_click_selects_a_unit():
+    from dni_lab.widgets import Lab, VegaPlot, selection_key
+
+    rng = np.random.default_rng(0)
+    f = pl.DataFrame(
+        {
+            "mid": "m", "uid": np.arange(12), "layer": "lstm", "unit": np.arange(12),
+            "hid": np.where(np.arange(12) % 2, "a", "b"), "measure": "corr",
+            "unit_score": rng.uniform(-1, 1, 12),
+        }
+    )  # fmt: skip
+    p = VegaPlot("sorted", f)
+    assert "esm.sh" not in p._esm and "https://" not in p._esm.split("\n", 1)[0]
+    assert p.embed_options["actions"] is False
+    layers = p.spec["layer"]
+    assert not any("href" in layer.get("encoding", {}) for layer in layers)
+    params = p.spec.get("params", []) + [q for layer in layers for q in layer.get("params", [])]
+    assert any(q["name"] == "unit" and q["select"]["on"] == "click" for q in params)
+    # what Vega reports for a click on the third clickable point
+    store = [{"unit": "view_1", "fields": [{"field": "_href", "type": "E"}], "values": ["#dni=2"]}]
+    p._vl_selections = {"unit": {"value": None, "store": store}}
+    assert p.selection == p._keys[2] and p.selection["uid"] in f["uid"].to_list()
+    html = p._repr_mimebundle_()[0]["text/html"]
+    assert "<svg" in html and "dni-snapshot" in html
+    lab = Lab(f, charts="vega")  # the dashboard follows a click on a Vega chart
+    lab.plots[0]._vl_selections = {"unit": {"value": None, "store": store}}
+    assert selection_key(lab.table.selection) == selection_key(lab.plots[0]._keys[2])
+    with pytest.raises(ValueError, match="charts="):
+        Lab(f, charts="d3")

@@ -81,3 +81,25 @@ def test_run_streams_into_the_table_and_stops(char_model, records, hyps):
     assert qb._running is False
     assert qb._repr_mimebundle_()["text/plain"] == repr(qb)
     assert repr(qb) == "<QueryBuilder: 1 models, 2 hypotheses, measures corr, idle>"
+
+
+def test_default_layer_is_hidden_not_the_embedding():
+    from torch import nn
+
+    from dni_lab.widgets.query_builder import default_layer
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.lstm = nn.LSTM(4, 6, batch_first=True)
+            self.head = nn.Linear(6, 10)
+
+        def forward(self, x):
+            return self.head(self.lstm(self.embed(x))[0])
+
+    m = dl.Model(Net(), encode=lambda rs: None, name="n")
+    assert m.positional_layers()[0] == "embed"
+    assert default_layer(m) == "lstm"
+    only_head = dl.Model(nn.Sequential(nn.Linear(3, 3)), encode=lambda rs: None, name="h")
+    assert default_layer(only_head) == only_head.positional_layers()[0]

@@ -10,6 +10,7 @@ import pytest
 
 import dni_lab as dl
 from dni_lab.widgets import ScoreTable
+from dni_lab.widgets.table import progress_line
 
 
 def big_frame(n: int = 1000, seed: int = 0) -> pl.DataFrame:
@@ -32,7 +33,7 @@ def big_frame(n: int = 1000, seed: int = 0) -> pl.DataFrame:
 
 
 def test_only_the_visible_page_travels():
-    t = ScoreTable(big_frame(), page_size=20)
+    t = ScoreTable(big_frame(), page_size=20, sort=[["uid", "asc"]])
     assert len(t._page["rows"]) == 20 and t._page["n_pages"] == 50
     assert t._page["columns"][:3] == ["mid", "layer", "unit"]
     assert "reason" not in t._page["columns"]
@@ -69,6 +70,63 @@ def test_filter_sql_text_and_errors():
     assert "cannot filter" in t._status["error"] and t.data.height == 1000
     t._filter = ""
     assert t._status["error"] == ""
+
+
+def test_default_sort_is_abs_score_within_each_measure():
+    f = big_frame(200).with_columns(
+        measure=pl.when(pl.col("uid") % 2 == 0).then(pl.lit("logreg")).otherwise(pl.lit("corr")),
+        unit_score=pl.when(pl.col("uid") % 2 == 0).then(pl.col("unit_score") * 50)
+        .otherwise(pl.col("unit_score")),
+    )  # fmt: skip
+    t = ScoreTable(f)
+    v = t.data
+    assert v["measure"].to_list() == sorted(v["measure"].to_list())  # corr first, then logreg
+    for m in ("corr", "logreg"):
+        s = v.filter(pl.col("measure") == m)["unit_score"]
+        assert s.drop_nulls().abs().is_sorted(descending=True) and s[-1] is None
+    corr = v.filter(pl.col("measure") == "corr")["unit_score"].drop_nulls()
+    assert corr.min() < -0.9 and abs(corr[0]) > 0.97  # strong negative units rank high
+    assert t._page["default_sort"] and t._page["sort"] == [
+        ["measure", "asc"],
+        ["|unit_score|", "desc"],
+    ]
+    t._sort = [["unit_score", "desc"]]
+    assert not t._page["default_sort"] and t.data["unit_score"][0] > 40  # signed, across measures
+
+
+def test_filter_errors_point_into_the_text_typed():
+    t = ScoreTable(big_frame())
+    t._filter = "unit_score > 0.5 and and hid"
+    err = t._status["error"]
+    assert "(at character 26)" in err and "Column" not in err
+    line, caret = err.splitlines()[-2:]
+    assert line.strip() == "unit_score > 0.5 and and hid" and caret.index("^") == line.index("hid")
+    t._filter = "unit_scor > 0.5"
+    err = t._status["error"]
+    assert "no column 'unit_scor'" in err and 'Did you mean "unit_score"' in err
+    assert "plan" not in err.lower() and err.splitlines()[-1].strip() == "^"
+    t._filter = "hid = 'a"
+    assert "Unterminated string literal (at character 7)" in t._status["error"]
+
+
+def test_snapshot_html_is_in_the_bundle_and_escapes():
+    f = big_frame(30).with_columns(hid=pl.lit("<b>x</b>"))
+    t = ScoreTable(f, page_size=10)
+    data, _meta = t._repr_mimebundle_()
+    html = data["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "<table" in html and html.count("<tr>") == 11 and "20 more rows" in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html and "<script" not in html
+
+
+def test_converged_share_is_the_rows_own(char_model, records, hyps):
+    # read to the end with early stopping on: every row settles (✓), and the header says so
+    run = dl.inspect(models=[char_model], hypotheses=hyps, data=records, units=[("lstm", [0, 1])],
+                     eps=0.5, background=True, cache=False)  # fmt: skip
+    run.wait(30)
+    t = ScoreTable(run)
+    assert t.frame["converged"].all() and t._status["share_converged"] == 1.0
+    assert "100% of pairs converged" in progress_line(t._status)
 
 
 def test_click_selects_row_even_if_the_page_moved():
@@ -128,6 +186,12 @@ def test_live_run_streams_and_stops(char_model, records, hyps):
     t._on_block(run)
     assert t._status["state"] == "cancelled" and t._status["stopping"] is False
     assert t.frame.height == 24 and t._status["records_read"] < len(records) * 20
+    assert t._status["early_stopping"] is False and t._status["records_per_s"] > 0
+    line = progress_line(t._status)
+    assert "eps=None: no early stop" in line and "converged" not in line
+    assert "reading all records (eps=None)" in progress_line({**t._status, "state": "running"})
+    html = t.snapshot_html()
+    assert "cancelled" in html and "no early stop" in html and "went on" not in html
     assert len(set(seen)) > 2  # several blocks were shown, not only the end
     assert repr(t) == "<ScoreTable: 24 of 24 rows, cancelled>"
 
@@ -157,3 +221,31 @@ def test_magic_default_view_follows_the_liveview_protocol(char_model, records, h
     view.update()
     view.finish()
     assert view._status["state"] == "done" and view.frame.height == 2
+
+
+def test_a_selection_made_elsewhere_pages_the_table_to_its_row():
+    t = ScoreTable(big_frame(), page_size=20, sort=[["uid", "asc"]])
+    t.selection = {"mid": "b", "uid": 500, "hid": "paren"}  # e.g. a plot's point
+    assert t._page["page"] == 25 and "b|500|paren" in t._page["keys"]
+    t.selection = {"mid": "b", "uid": 510, "hid": "paren"}  # on this page already: stays
+    assert t._page["page"] == 25
+
+
+def test_the_later_cell_snapshot_is_brought_up_to_date(char_model, records, hyps, monkeypatch):
+    """A later cell may start after the run ended but before its thread told the table."""
+    import IPython.display
+
+    run = dl.inspect(models=[char_model], hypotheses=hyps, data=records * 5,
+                     units=[("lstm", "*")], eps=None, block_size=16, background=True,
+                     cache=False)  # fmt: skip
+    t = ScoreTable(run)
+    run._callbacks.clear()  # the run's thread never reaches the table: the race, made certain
+    run.wait(30)
+    assert t._status["state"] == "running"
+    sent = []
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **k: sent.append(data))
+    t._display_id = "shown"
+    t._publish_final()
+    (data,) = sent
+    assert "24 of 24 rows, done" in data["text/html"] and "≤" not in data["text/html"]
+    assert data["text/plain"] == "<ScoreTable: 24 of 24 rows, done>"

@@ -17,7 +17,7 @@ import torch
 from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
-from .hypotheses import hypothesis_block
+from .hypotheses import BlockCancelled, hypothesis_block
 from .params import InspectParams
 from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
@@ -181,7 +181,9 @@ class Inspection:
             if not self.states:
                 self._prepare(block_records)
                 extractors = self._extractors()
-            self._read(block_records, first, extractors)
+            if not self._read(block_records, first, extractors):
+                break  # a Stop mid-block: no state saw this block, drop it
+            self._records_hash.update(block_records)  # provenance: only blocks that counted
             self.progress.records_read = first + len(block_records)
             self.progress.blocks += 1
             self._check_convergence()
@@ -208,20 +210,29 @@ class Inspection:
             for mu in self._active_models()
         }
 
-    def _read(self, block_records: list[Any], first: int, extractors: dict[str, Extractor]) -> None:
-        """Fold one block (records ``first``, ``first + 1``, ...) into every active state."""
+    def _read(self, block_records: list[Any], first: int, extractors: dict[str, Extractor]) -> bool:
+        """Fold one block (records ``first``, ``first + 1``, ...) into every active state.
+
+        False when a cancel arrived before any state saw the block.
+        """
         n_sym = self._symbol_counts(block_records, first)
-        H = torch.from_numpy(
-            hypothesis_block(
-                self.families,
-                block_records,
-                n_sym,
-                first,
-                self.cache,
-                self._fingerprints,
-                self._finished_families(),
-            )
-        ).to(self.device)
+        try:
+            H = torch.from_numpy(
+                hypothesis_block(
+                    self.families,
+                    block_records,
+                    n_sym,
+                    first,
+                    self.cache,
+                    self._fingerprints,
+                    self._finished_families(),
+                    cancelled=lambda: self._cancel,
+                )
+            ).to(self.device)
+        except BlockCancelled:
+            return False
+        if self._cancel:
+            return False
         mask = (
             torch.arange(H.shape[1], device=self.device)[None, :]
             < torch.as_tensor(n_sym, device=self.device)[:, None]
@@ -233,6 +244,7 @@ class Inspection:
                 cols = s.columns
                 Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
                 s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
+        return True
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
         it = iter(self.data)
@@ -246,7 +258,6 @@ class Inspection:
                 if first == 0:
                     raise DNIError("the data holds no records; pass a non-empty sequence.")
                 return
-            self._records_hash.update(block)
             yield block, first
             first += len(block)
 
@@ -349,7 +360,9 @@ class Inspection:
         parts = []
         for s in self.states:
             # A state whose pairs all converged reports frozen scores: no final fit needed.
-            if final and not s.converged.all():
+            # Neither after a Stop: the person wants the scores as they stand, now (a final
+            # probe fit took longer than the block in flight).
+            if final and not self._cancel and not s.converged.all():
                 current = s.measure.result(s.accumulator, confidence)
             else:
                 current = s.measure.peek(s.accumulator, confidence)

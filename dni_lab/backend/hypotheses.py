@@ -340,6 +340,10 @@ def _looks_continuous(fn: Callable) -> bool:
     return getattr(fn, "kind", None) == "continuous"
 
 
+class BlockCancelled(Exception):
+    """:func:`hypothesis_block` stopped early because its run was cancelled."""
+
+
 def hypothesis_block(
     families: list[HypothesisFamily],
     records: list[Any],
@@ -348,8 +352,12 @@ def hypothesis_block(
     cache: Any,
     fingerprints: list[str] | None = None,
     skip: set[int] | frozenset[int] = frozenset(),
+    cancelled: Callable[[], bool] | None = None,
 ) -> np.ndarray:
     """Hypothesis behaviors of a block: float32 ``(R, T, n_signals)``, zero-padded.
+
+    ``cancelled()`` is asked between records; when it says True the block is abandoned
+    with :class:`BlockCancelled` (slow hypotheses would otherwise delay a Stop by a block).
 
     Each family is looked up in ``cache`` (a :class:`~.cache.HypothesisCache` or
     None) by its fingerprint and the block's content hash; missing entries are
@@ -372,10 +380,11 @@ def hypothesis_block(
         fp = None if cache is None else fingerprints[j] if fingerprints else fam.fingerprint()
         flat = cache.get(fp, key) if fp is not None else None
         if flat is None or flat.shape != (offsets[-1], n_sig):
-            parts = [
-                evaluate_family(fam, rec, n, first_index + i)
-                for i, (rec, n) in enumerate(zip(records, n_symbols, strict=True))
-            ]
+            parts = []
+            for i, (rec, n) in enumerate(zip(records, n_symbols, strict=True)):
+                if cancelled is not None and cancelled():  # a Stop acts between records
+                    raise BlockCancelled
+                parts.append(evaluate_family(fam, rec, n, first_index + i))
             flat = np.concatenate(parts) if parts else np.zeros((0, n_sig), np.float32)
             if fp is not None:
                 cache.put(fp, key, flat)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -24,6 +24,10 @@ class Run:
     progress : Progress
         Records read, blocks, share of converged pairs, elapsed time.
     """
+
+    #: How a notebook shows a run (``display(run)``, or a run as a cell's last line): set by
+    #: ``dni_lab`` to a live score table; the backend itself never imports widgets.
+    display_hook: ClassVar[Callable[[Run], Any] | None] = None
 
     def __init__(self, inspection: Inspection) -> None:
         self.inspection = inspection
@@ -55,6 +59,10 @@ class Run:
 
                 return empty_frame()
             return self._frame
+
+    def live_frame(self) -> pl.DataFrame:
+        """The frame a live view shows: :attr:`frame` (a query's run adds ``epoch``)."""
+        return self.frame
 
     @property
     def done(self) -> bool:
@@ -97,6 +105,20 @@ class Run:
             f"<Run {state}: {p.records_read} records, {p.blocks} blocks, "
             f"{p.share_converged:.0%} converged>"
         )
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        view = None
+        if Run.display_hook is not None:
+            try:
+                view = Run.display_hook(self)
+            except ImportError:  # no widget packages: the text repr says where the run stands
+                view = None
+        if view is None:
+            print(repr(self))
+        else:
+            display(view)
 
     # -- worker -----------------------------------------------------------------
     def _work(self) -> None:

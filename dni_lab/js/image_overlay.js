@@ -14,8 +14,12 @@ function drawCell(canvas, cell, rgbBytes, rgbOff, map, mapOff, mask, maskOff, sc
   for (let p = 0; p < W * H; p++) {
     let r = rgbBytes[rgbOff + 3 * p], g = rgbBytes[rgbOff + 3 * p + 1], b = rgbBytes[rgbOff + 3 * p + 2];
     if (map) {
-      const c = diverging(map[mapOff + p] / scale);
-      r = r * (1 - alpha) + c[0] * alpha; g = g * (1 - alpha) + c[1] * alpha; b = b * (1 - alpha) + c[2] * alpha;
+      // Tint by strength: a pixel where the unit is quiet keeps the image's own colour,
+      // a strong one takes the map's colour fully (a uniform blend washed everything out).
+      const t = map[mapOff + p] / scale;
+      const c = diverging(t);
+      const a = Number.isFinite(t) ? alpha * Math.min(1, Math.sqrt(Math.abs(t))) : 0;
+      r = r * (1 - a) + c[0] * a; g = g * (1 - a) + c[1] * a; b = b * (1 - a) + c[2] * a;
     }
     img.data.set([r, g, b, 255], 4 * p);
   }

@@ -44,6 +44,15 @@ function render({ model, el }) {
     hypList.replaceChildren(...(cat.families || []).map((f) => {
       const hids = f.hids.filter((x) => !needle || x.toLowerCase().includes(needle) || f.name.toLowerCase().includes(needle));
       if (!hids.length) return null;
+      if (f.hids.length === 1) {
+        // a one-signal hypothesis is one line: its family would only repeat its name
+        const x = f.hids[0];
+        const box = h("input", { type: "checkbox", checked: chosen.has(x), "data-hid": x, onchange: () => {
+          q.hypotheses = box.checked ? [...q.hypotheses, x] : q.hypotheses.filter((y) => y !== x);
+          push(); drawHyps();
+        } });
+        return h("label", { class: "dni-hyp-single" }, box, " ", x);
+      }
       const all = h("input", { type: "checkbox", checked: hids.every((x) => chosen.has(x)), onchange: () => {
         const rest = q.hypotheses.filter((x) => !hids.includes(x));
         q.hypotheses = all.checked ? [...rest, ...hids] : rest;

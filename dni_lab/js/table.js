@@ -6,13 +6,22 @@ function progressBar(st) {
   if (st.records_read === undefined) return null;
   const total = st.total_records;
   const share = total ? Math.min(1, st.records_read / total) : (st.state === "running" ? 0 : 1);
+  // Same words as table.py: progress_line (the static snapshot).
   const parts = [
     `${fmt(st.records_read)}${total ? " / " + fmt(total) : ""} records`,
     `${fmt(st.blocks)} blocks`,
-    `${Math.round((st.share_converged || 0) * 100)}% converged`,
+    // eps=None reads every record: no pair "converges" early, so no share to show
+    st.early_stopping ? `${Math.round((st.share_converged || 0) * 100)}% of pairs converged`
+      : st.state === "running" ? "reading all records (eps=None)" : "eps=None: no early stop",
   ];
-  if (st.state === "running" && st.time_left_s !== null && st.time_left_s !== undefined) {
-    parts.push(`~${fmt(Math.round(st.time_left_s))} s left`);
+  if (st.state === "running") {
+    if (st.records_per_s) parts.push(`${fmt(Math.round(st.records_per_s))} records/s`);
+    // the kernel pins the estimate (engine Progress.mark): it never grows between blocks
+    if (st.time_left_s !== null && st.time_left_s !== undefined) {
+      parts.push(`≤ ${fmt(Math.round(st.time_left_s))} s left`);
+    }
+  } else if (st.elapsed_s !== undefined && st.elapsed_s !== null) {
+    parts.push(`${st.elapsed_s.toFixed(1)} s`);
   }
   return h("span", { class: "dni-bar", style: { margin: 0 } },
     h("span", { class: "dni-progress", title: `${Math.round(share * 100)}% of the records read` },
@@ -37,7 +46,21 @@ function render({ model, el }) {
     class: "dni-input dni-filter", type: "search", size: 34,
     placeholder: "filter: text, or unit_score > 0.5 and hid = 'x'",
     value: model.get("_filter"),
-    onchange: () => { model.set("_filter", filter.value); model.set("_page_index", 0); model.save_changes(); },
+    title: "Enter applies the filter; Escape clears it",
+  });
+  const applyFilter = () => {
+    if (filter.value === model.get("_filter")) return;
+    model.set("_filter", filter.value);
+    model.set("_page_index", 0);
+    model.save_changes();
+  };
+  filter.addEventListener("change", applyFilter);  // blur, and the search box's clear (x)
+  filter.addEventListener("keydown", (e) => {
+    // Enter applies at once; stopPropagation keeps Jupyter from treating keys typed here
+    // as notebook shortcuts (Shift+Enter would run the cell).
+    e.stopPropagation();
+    if (e.key === "Enter") { e.preventDefault(); applyFilter(); }
+    else if (e.key === "Escape") { filter.value = ""; applyFilter(); }
   });
   const head = h("div", { class: "dni-bar" });
   const body = h("div", { class: "dni-table-wrap" });
@@ -45,13 +68,28 @@ function render({ model, el }) {
   root.append(head, body, foot);
 
   function sortState(col) {
-    const s = model.get("_sort") || [];
-    return s.length && s[0][0] === col ? s[0][1] : null;
+    // The sort in force as Python reports it (an empty _sort means the default:
+    // by measure, then by |unit_score|); "|col|" is a sort by absolute value.
+    const page = model.get("_page") || {};
+    const s = page.sort || model.get("_sort") || [];
+    for (const [c, d] of s) {
+      if (c === col) return d;
+      if (c === `|${col}|`) return "abs-" + d;
+    }
+    return null;
+  }
+
+  function mark(state) {
+    if (!state) return "";
+    const arrow = state.endsWith("desc") ? "▼" : "▲";
+    return state.startsWith("abs-") ? ` |${arrow}|` : ` ${arrow}`;
   }
 
   function clickHeader(col) {
-    // desc first: a person looks for the strongest units
-    const cur = sortState(col);
+    // desc first: a person looks for the strongest units; a third click goes back to
+    // the default order. Only the person's own sort counts here, not the default's.
+    const own = model.get("_sort") || [];
+    const cur = own.length && own[0][0] === col ? own[0][1] : null;
     const next = cur === "desc" ? "asc" : cur === "asc" ? null : "desc";
     model.set("_sort", next ? [[col, next]] : []);
     model.set("_page_index", 0);
@@ -69,8 +107,9 @@ function render({ model, el }) {
   const exp = (f) => h("button", { class: "dni-btn", title: `download the shown rows as ${f}`,
     onclick: () => model.send({ type: "export", format: f }) }, `⤓ ${f}`);
   const errorEl = h("div", { class: "dni-error", style: { flexBasis: "100%" } });
+  const noteEl = h("div", { class: "dni-muted dni-note", style: { flexBasis: "100%" } });
   head.append(h("span", { class: "dni-title" }, "Scores"), stateEl, progressEl, stopBtn, filter,
-    exp("parquet"), exp("csv"), errorEl);
+    exp("parquet"), exp("csv"), noteEl, errorEl);
 
   function drawHead() {
     const st = model.get("_status") || {};
@@ -81,6 +120,8 @@ function render({ model, el }) {
     stopBtn.style.display = live ? "" : "none";
     stopBtn.disabled = st.state !== "running" || !!st.stopping;
     stopBtn.textContent = st.stopping ? "Stopping…" : "Stop";
+    noteEl.textContent = st.note || "";
+    noteEl.style.display = st.note ? "" : "none";
     errorEl.textContent = st.error || "";
     errorEl.style.display = st.error ? "" : "none";
   }
@@ -94,8 +135,10 @@ function render({ model, el }) {
     const sel = selKey(model.get("selection"));
     const thead = h("tr", {}, cols.map((c) => {
       const s = sortState(c);
-      return h("th", { "data-col": c, title: "sort", onclick: () => clickHeader(c) },
-        c, s === "desc" ? " ▼" : s === "asc" ? " ▲" : "");
+      const title = page.default_sort && s ? "default order: by measure, then by |unit_score|; "
+        + "click to sort by this column" : "sort by this column";
+      return h("th", { "data-col": c, "data-sort": s || "", title, onclick: () => clickHeader(c) },
+        c, mark(s));
     }));
     const rows = (page.rows || []).map((row, i) => {
       const tr = h("tr", {

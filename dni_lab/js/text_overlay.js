@@ -29,9 +29,11 @@ function unitColumn(lay, u, vals, sigs) {
     rec.symbols.forEach((s, t) => {
       const i = rec.offset + t;
       const v = vals[u * n + i];
-      const bg = rgb(diverging(v / meta.scale));
+      const c = diverging(v / meta.scale);
+      // white text on the darkest blues and reds (black on them is hard to read)
+      const fg = 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] < 130 ? "#fff" : "#111";
       const under = sig ? signalColor(sigs[u * n + i], sig[0], sig[1]) : "transparent";
-      out.push(`<span data-i="${i}" style="background:${bg};border-bottom:3px solid ${under}">${esc(s)}</span>`);
+      out.push(`<span data-i="${i}" style="background:${rgb(c)};color:${fg};border-bottom:3px solid ${under}">${esc(s)}</span>`);
     });
     out.push("</div></div></div>");
   }
@@ -69,6 +71,11 @@ function render({ model, el }) {
             model.set("pinned", [...pinned, s]); model.save_changes();
           }
         } }, "pin"),
+      // change the unit from here: the neighbours in its layer (the table follows)
+      h("button", { class: "dni-btn dni-step", "data-step": "-1", title: "previous unit of this layer",
+        disabled: !selKey(model.get("selection")), onclick: () => model.send({ type: "step", delta: -1 }) }, "‹ unit"),
+      h("button", { class: "dni-btn dni-step", "data-step": "1", title: "next unit of this layer",
+        disabled: !selKey(model.get("selection")), onclick: () => model.send({ type: "step", delta: 1 }) }, "unit ›"),
     );
     if (lay.error) bar.append(h("div", { class: "dni-error", style: { flexBasis: "100%" } }, lay.error));
     const units = lay.units || [];

@@ -17,6 +17,7 @@ from .progress import ProgressView, progress_text
 from .query_builder import QueryBuilder
 from .table import ScoreTable
 from .text_overlay import TextOverlay
+from .vega import VegaPlot
 
 __all__ = [
     "ImageOverlay",
@@ -27,6 +28,7 @@ __all__ = [
     "QueryBuilder",
     "ScoreTable",
     "TextOverlay",
+    "VegaPlot",
     "epoch_scores",
     "heatmap",
     "link_selection",

@@ -9,6 +9,8 @@ a blob URL cannot resolve relative imports).
 from __future__ import annotations
 
 import functools
+import html
+import uuid
 from collections.abc import Mapping
 from importlib import resources
 from itertools import pairwise
@@ -60,7 +62,83 @@ def as_selection(value: Any) -> dict[str, Any]:
     return out
 
 
-class Panel(anywidget.AnyWidget):
+class Snapshots:
+    """Static snapshots for a widget: ``text/html`` beside the widget view in its output.
+
+    A saved notebook keeps a widget's output bundle, not its model: the text/html part
+    is what nbconvert, GitHub and a notebook opened where the models do not exist show.
+    The output is displayed under a display id, so that :meth:`refresh_snapshot` can
+    replace it once the widget reaches its final state (a run that ended).
+    """
+
+    _display_id: str | None = None
+
+    def snapshot_html(self) -> str:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        # the base's own shape: (data, metadata) from anywidget, data alone from ipywidgets
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.snapshot_html()
+        return bundle
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = self._repr_mimebundle_()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self._display_id is None:
+            self._display_id = uuid.uuid4().hex
+        data, meta = self._bundle()
+        display(data, metadata=meta, raw=True, display_id=self._display_id)
+        if self._running():
+            self._refresh_on_a_later_cell()
+
+    def _running(self) -> bool:
+        """Whether the widget follows something still going (its snapshot is not final)."""
+        return False
+
+    def _publish_final(self) -> None:
+        """Bring the widget up to its final state and publish its snapshot (the run's own
+        thread may not have shown its end yet when a later cell starts)."""
+        self.refresh_snapshot()
+
+    def _refresh_on_a_later_cell(self) -> None:
+        """Publish the final snapshot again from the first cell run after the end.
+
+        The end is published under the message of the cell that displayed the widget:
+        JupyterLab applies that, but a notebook executor (nbclient: nbconvert, nbval)
+        ignores messages of a cell that is over; both apply an update that comes with
+        the cell now running.
+        """
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            return
+
+        def hook(*_args: Any) -> None:
+            if not self._running():
+                shell.events.unregister("pre_run_cell", hook)
+                self._publish_final()
+
+        shell.events.register("pre_run_cell", hook)
+
+    def refresh_snapshot(self) -> None:
+        """Replace this widget's displayed bundle with its current snapshot; the live view is
+        redrawn from the same model. (JupyterLab and Notebook 7 apply it until the cell
+        that displayed the widget runs again.)"""
+        if self._display_id is not None:
+            from IPython.display import update_display
+
+            data, meta = self._bundle()
+            update_display(data, metadata=meta, raw=True, display_id=self._display_id)
+
+
+class Panel(Snapshots, anywidget.AnyWidget):
     """Base class of the dni_lab panels.
 
     Attributes
@@ -90,6 +168,53 @@ class Panel(anywidget.AnyWidget):
         key = selection_key(self.selection)
         sel = f", selected {key}" if key else ""
         return f"<{type(self).__name__}: {self._describe()}{sel}>"
+
+    def snapshot_html(self) -> str:
+        """The panel as static HTML (no script): its title, state and data as a table."""
+        return snapshot(type(self).__name__, self._describe(), self.data)
+
+
+_STYLE = (
+    "font-family:system-ui,sans-serif;font-size:12px;border:1px solid #ddd;"
+    "border-radius:4px;padding:6px;max-width:100%;overflow:auto"
+)
+
+
+def snapshot(
+    title: str, state: str, frame: pl.DataFrame | None, rows: int = 20, note: str = ""
+) -> str:
+    """Static HTML of a panel: a title line, an optional note and up to ``rows`` rows."""
+    head = (
+        f'<div style="margin-bottom:4px"><b>{html.escape(title)}</b> '
+        f'<span style="color:#777">{html.escape(state)}</span></div>'
+    )
+    if note:
+        head += f'<div style="color:#555;margin-bottom:4px">{html.escape(note)}</div>'
+    body = ""
+    if frame is not None and frame.width:
+        shown = frame.head(rows)
+        th = "".join(
+            f'<th style="text-align:left;padding:1px 6px">{html.escape(c)}</th>'
+            for c in shown.columns
+        )
+        trs = "".join(
+            "<tr>" + "".join(f'<td style="padding:1px 6px">{_cell(v)}</td>' for v in r) + "</tr>"
+            for r in shown.iter_rows()
+        )
+        more = frame.height - shown.height
+        tail = f'<div style="color:#777">… {more:,} more rows</div>' if more > 0 else ""
+        body = f'<table style="border-collapse:collapse"><tr>{th}</tr>{trs}</table>{tail}'
+    return f'<div class="dni-snapshot" style="{_STYLE}">{head}{body}</div>'
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, bool):
+        return "✓" if v else "·"
+    return html.escape(str(v))
 
 
 def link_selection(*panels: Panel) -> list[traitlets.link]:

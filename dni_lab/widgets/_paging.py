@@ -17,6 +17,42 @@ import polars as pl
 _SQLISH = re.compile(r"[=<>!]|\b(and|or|not|like|ilike|is|in|between)\b", re.IGNORECASE)
 
 
+_WHERE = "SELECT * FROM self WHERE "
+_AT = re.compile(r"\s*at Line: (\d+), Column: (\d+)")
+_COLUMN = re.compile(r'unable to find column "([^"]+)"')
+
+
+def filter_error(text: str, exc: BaseException) -> str:
+    """Polars' SQL error for a filter, told in terms of what the person typed.
+
+    Polars counts columns in the statement it was given (``SELECT * FROM self WHERE``
+    plus the filter) and appends its query plan; both would point the reader at text
+    they never wrote. The message keeps Polars' first line (and its "Did you mean"),
+    drops the plan, and puts a caret under the position in the filter itself.
+    """
+    lines = [ln.strip() for ln in str(exc).strip().splitlines()]
+    first = lines[0] if lines and lines[0] else type(exc).__name__
+    hint = next((ln for ln in lines[1:] if ln.startswith("Did you mean")), "")
+    pos = None
+    at = _AT.search(first)
+    if at:
+        first = first[: at.start()] + first[at.end() :]
+        if at.group(1) == "1":
+            pos = int(at.group(2)) - 1 - len(_WHERE)
+    col = _COLUMN.search(first)
+    if col:
+        first = f"no column {col.group(1)!r}" + first[col.end() :].split(";")[0]
+        found = re.search(rf"\b{re.escape(col.group(1))}\b", text)
+        pos = found.start() if found else None
+    if pos is None and first.endswith("found: EOF"):
+        pos = len(text)  # the condition stops short: point after its end
+    first = first.removeprefix("sql parser error: ")
+    msg = f"cannot filter by {text!r}: {first}" + (f". {hint}" if hint else "")
+    if pos is not None and 0 <= pos <= len(text):
+        msg += f" (at character {pos + 1})\n  {text}\n  {' ' * pos}^"
+    return msg
+
+
 def kind_of(dtype: pl.DataType) -> str:
     """``"int"``, ``"float"``, ``"bool"`` or ``"str"``: how the browser formats a column."""
     if dtype.is_integer():
@@ -42,10 +78,9 @@ def apply_filter(frame: pl.DataFrame, text: str) -> pl.DataFrame:
         return frame
     if _SQLISH.search(text):
         try:
-            return frame.sql(f"SELECT * FROM self WHERE {text}")
+            return frame.sql(_WHERE + text)
         except Exception as exc:  # Polars raises several error types for bad SQL
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"cannot filter by {text!r}: {first}") from exc
+            raise ValueError(filter_error(text, exc)) from exc
     needle = text.lower()
     cols = [c for c, t in frame.schema.items() if t == pl.String]
     if not cols:
@@ -60,15 +95,22 @@ def apply_filter(frame: pl.DataFrame, text: str) -> pl.DataFrame:
 def apply_sort(frame: pl.DataFrame, sort: list[Any] | None) -> pl.DataFrame:
     """Sort by ``[[column, "asc" | "desc"], ...]``; nulls last; unknown columns ignored.
 
-    The sort is stable, so rows equal on the keys keep the frame's order (which
-    makes a live table's rows stay put between blocks).
+    A column written ``|name|`` sorts by its absolute value (a strong negative
+    correlation is as telling as a positive one). The sort is stable, so rows equal
+    on the keys keep the frame's order (which makes a live table's rows stay put
+    between blocks).
     """
-    keys = [(c, d) for c, d in (sort or []) if c in frame.columns]
+    keys = []
+    for c, d in sort or []:
+        name = c.strip("|")
+        if name in frame.columns:
+            expr = pl.col(name).abs() if c.startswith("|") and c.endswith("|") else pl.col(name)
+            keys.append((expr, d == "desc"))
     if not keys or frame.height < 2:
         return frame
     return frame.sort(
-        [c for c, _ in keys],
-        descending=[d == "desc" for _, d in keys],
+        [e for e, _ in keys],
+        descending=[d for _, d in keys],
         nulls_last=True,
         maintain_order=True,
     )

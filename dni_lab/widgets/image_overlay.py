@@ -81,7 +81,7 @@ class ImageOverlay(PagedOverlay):
 
     _esm = esm("image_overlay")
     page_size = traitlets.Int(12).tag(sync=True)
-    opacity = traitlets.Float(0.6).tag(sync=True)
+    opacity = traitlets.Float(0.9).tag(sync=True)
     _order = traitlets.Unicode("index").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
     _layout = traitlets.Dict().tag(sync=True)

@@ -12,7 +12,7 @@ import polars as pl
 import traitlets
 
 from ..backend.run import Run
-from ._base import as_selection, link_selection, selection_key
+from ._base import Snapshots, as_selection, link_selection, selection_key
 from .image_overlay import ImageOverlay
 from .plots import Plot
 from .query_builder import QueryBuilder
@@ -24,7 +24,7 @@ def _is_image(record: Any) -> bool:
     return getattr(np.asarray(record) if not isinstance(record, str) else record, "ndim", 0) >= 2
 
 
-class Lab(ipywidgets.VBox):
+class Lab(Snapshots, ipywidgets.VBox):
     """Score table, activation overlay and plots that follow one selection.
 
     Click a table row (or a plot's point) and the overlay shows that unit over
@@ -46,6 +46,10 @@ class Lab(ipywidgets.VBox):
     plot_interval : float
         Seconds between plot refreshes while a run streams (SVG rendering costs
         CPU the run would otherwise use).
+    charts : {"svg", "vega"}
+        ``"svg"``: charts drawn in the kernel by vl-convert (light, static SVG with
+        clickable marks); ``"vega"``: :class:`~.vega.VegaPlot`, drawn by Vega in the
+        browser with tooltips, zoom and click selection (a 0.9 MB module, offline).
 
     Attributes
     ----------
@@ -66,6 +70,7 @@ class Lab(ipywidgets.VBox):
         plots: Sequence[str] = ("sorted", "heatmap"),
         plot_interval: float = 5.0,
         page_size: int = 15,
+        charts: str = "svg",
     ) -> None:
         if isinstance(source, Run):
             # a query's run (QueryRun) has no single model list: pass models= etc. then
@@ -85,24 +90,34 @@ class Lab(ipywidgets.VBox):
             cls = ImageOverlay if _is_image(records[0]) else TextOverlay
             self.overlay = cls(models, records, hypotheses)
         kinds = list(plots) + (["epochs"] if epochs and "epochs" not in plots else [])
+        if charts not in ("svg", "vega"):
+            raise ValueError(f"charts={charts!r}: use 'svg' (drawn in the kernel) or 'vega'.")
+        if charts == "vega":
+            from .vega import VegaPlot as plot_cls
+        else:
+            plot_cls = Plot
         self.plots = [
-            Plot(k, self.table.frame, **({"epochs": dict(epochs)} if k == "epochs" else {}))
+            plot_cls(k, self.table.frame, **({"epochs": dict(epochs)} if k == "epochs" else {}))
             for k in kinds
         ]
         self._interval, self._last_plot = plot_interval, 0.0
         self.table.on_frame(self._on_frame)
         panels = [self.table, *([self.overlay] if self.overlay else []), *self.plots]
-        top = ipywidgets.HBox(
+        # The table takes the full width (its eleven columns were clipped at half width);
+        # the overlay sits under it.
+        top = ipywidgets.VBox(
             [self.table, *([self.overlay] if self.overlay else [])],
-            layout=ipywidgets.Layout(align_items="flex-start", width="100%"),
+            layout=ipywidgets.Layout(width="100%"),
         )
         rows: list[Any] = [self.builder] if self.builder else []
         rows += [top, ipywidgets.HBox(self.plots, layout=ipywidgets.Layout(flex_flow="row wrap"))]
         super().__init__(rows, layout=ipywidgets.Layout(width="100%"))
         self._links = link_selection(*panels)
         self._own = traitlets.link((self, "selection"), (self.table, "selection"))
-        for p in panels:  # share the width evenly between table and overlay
+        for p in self.plots:  # plots share a row
             p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
+        for p in [self.table, *([self.overlay] if self.overlay else [])]:
+            p.layout = ipywidgets.Layout(width="100%", overflow="auto")
 
     @property
     def data(self) -> pl.DataFrame:
@@ -127,6 +142,22 @@ class Lab(ipywidgets.VBox):
         self._last_plot = now
         for p in self.plots:
             p.update(frame)
+        if final:  # the saved output shows the dashboard as it ended
+            self.refresh_snapshot()
+
+    def _running(self) -> bool:
+        return self.table._running()
+
+    def _publish_final(self) -> None:
+        self.table._publish_final()  # its own output, if it has one; then the dashboard's
+        self.refresh_snapshot()
+
+    def snapshot_html(self) -> str:
+        """The panels' snapshots, one under the other."""
+        parts = [self.table, *([self.overlay] if self.overlay else []), *self.plots]
+        return (
+            '<div class="dni-snapshot-lab">' + "".join(p.snapshot_html() for p in parts) + "</div>"
+        )
 
     def __repr__(self) -> str:
         parts = [f"{self.table.frame.height} rows"]

@@ -114,6 +114,13 @@ class Plot(Panel):
     def _describe(self) -> str:
         return f"{self.kind}, {self._data.height} rows"
 
+    def snapshot_html(self) -> str:
+        """The chart's SVG as drawn (its links are fragments only: nothing to follow)."""
+        from ._base import snapshot
+
+        head = snapshot("Plot", self._describe(), None)
+        return head.replace("</div></div>", f"</div>{self._svg}</div>", 1)
+
     def _on_message(self, _w: Any, content: dict[str, Any], _b: list) -> None:
         if content.get("type") == "select":
             i = int(content["index"])

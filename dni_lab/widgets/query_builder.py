@@ -40,6 +40,19 @@ def units_spec(text: str) -> str | list[int]:
     return out
 
 
+def default_layer(model: Any) -> str:
+    """The layer a new query starts from: the first hidden layer, not the input embedding
+    (a lookup table, not a learned computation over the record) nor, when there is a
+    choice, the output head."""
+    import torch.nn as nn
+
+    layers = model.positional_layers()
+    hidden = [n for n in layers if not isinstance(model._module(n), nn.Embedding)]
+    if len(hidden) > 1:
+        hidden = hidden[:-1]  # the last layer with parameters maps to the outputs
+    return (hidden or layers)[0]
+
+
 class QueryBuilder(Panel):
     """A form for an inspection; shows the equivalent ``%%inspect`` query; runs it.
 
@@ -94,7 +107,7 @@ class QueryBuilder(Panel):
         first = next(iter(self.models))
         default = {
             "models": [first],
-            "units": {first: [{"layer": self.models[first].positional_layers()[0], "units": "*"}]},
+            "units": {first: [{"layer": default_layer(self.models[first]), "units": "*"}]},
             "hypotheses": [h for f in self.families for h in f.hids()],
             "measures": ["corr"],
             "dataset": next(iter(self.datasets)),

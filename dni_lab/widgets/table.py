@@ -14,12 +14,14 @@ import traitlets
 
 from ..backend.frames import export as export_frame
 from ..backend.run import Run
-from ._base import Panel, as_selection, esm
+from ._base import Panel, as_selection, esm, selection_key
 from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
+from ._status import QUERY_NOTE, progress_line, run_status
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
 DEFAULT_COLUMNS = (
     "mid",
+    "epoch",
     "layer",
     "unit",
     "uid",
@@ -32,6 +34,11 @@ DEFAULT_COLUMNS = (
     "converged",
 )
 HIDDEN = ("group", "reason")
+#: Without a sort of the person's own: each measure's rows together (probe coefficients and
+#: correlations are not on one scale), strongest |score| first (a unit at -0.72 tells as
+#: much as one at +0.72).
+DEFAULT_SORT = [["measure", "asc"], ["|unit_score|", "desc"]]
+
 _MIME = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}
 
 
@@ -46,8 +53,8 @@ class ScoreTable(Panel):
     page_size : int
         Rows per page; only the visible page travels to the browser.
     sort : list, optional
-        Initial ``[[column, "asc" | "desc"], ...]``; by default the frame's own order
-        is kept until a person clicks a column header.
+        Initial ``[[column, "asc" | "desc"], ...]`` (``"|col|"`` sorts by the absolute
+        value); by default :data:`DEFAULT_SORT`: by measure, then by |unit_score|.
     min_interval : float
         Seconds between two live refreshes (blocks arriving faster are merged).
 
@@ -68,6 +75,7 @@ class ScoreTable(Panel):
     _filter = traitlets.Unicode("").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
     # ... and Python answers with the visible page and the run's progress
+    # (an empty _sort means DEFAULT_SORT; _page["sort"] names the sort in force)
     _page = traitlets.Dict().tag(sync=True)
     _status = traitlets.Dict().tag(sync=True)
 
@@ -92,9 +100,12 @@ class ScoreTable(Panel):
         self.run: Run | None = None
         self._stop_requested = False
         self._frame_callbacks: list[Callable[[pl.DataFrame, bool], None]] = []
+        self.note = ""  # said under the header (the magic: what the live frame is)
+        self._final_shown = False
         self.on_msg(self._on_message)
         self.observe(self._on_view_change, names=["_sort", "_filter", "page_size"])
         self.observe(self._on_page_change, names=["_page_index"])
+        self.observe(self._show_selected, names=["selection"])
         if isinstance(source, pl.DataFrame):
             self.frame = source
         elif source is not None:
@@ -130,10 +141,12 @@ class ScoreTable(Panel):
     def watch(self, run: Run) -> ScoreTable:
         """Follow ``run``: refresh after each block and once when it ends."""
         self.run = run
+        if not self.note and hasattr(run.inspection, "grouping"):  # a query's run
+            self.note = QUERY_NOTE.format(result="the run's result()")
         run.on_block(self._on_block)
         self._stop_requested = False
         with self._lock:
-            self._frame = run.frame
+            self._frame = run.live_frame()
             self._refresh()
         self._notify_frame(run.done)
         return self
@@ -155,9 +168,42 @@ class ScoreTable(Panel):
         """Show the run's final frame and state."""
         if self.run is not None:
             with self._lock:
-                self._frame = self.run.frame
+                self._frame = self.run.live_frame()
                 self._refresh()
             self._notify_frame(True)
+            self._snapshot_final()
+
+    def _running(self) -> bool:
+        return self.run is not None and not self.run.done
+
+    def _publish_final(self) -> None:
+        if self.run is not None:
+            with self._lock:
+                self._frame = self.run.live_frame()
+                self._refresh()
+        self.refresh_snapshot()
+
+    def _snapshot_final(self) -> None:
+        # Once per run: the displayed bundle's static part becomes the final table (saved
+        # with the notebook; front ends apply it while the displaying cell still runs).
+        if self.run is not None and self.run.done and not self._final_shown:
+            self._final_shown = True
+            self.refresh_snapshot()
+
+    def snapshot_html(self) -> str:
+        from ._base import snapshot
+
+        cols = self._shown_columns()
+        state = f"{self._describe()}"
+        if self.run is not None:
+            state += " · " + progress_line(self._status)
+        note = self.note
+        if self.run is not None and not self.run.done:
+            note = (
+                "This snapshot was taken while the run went on; the live table follows it in "
+                "the notebook. " + note
+            ).strip()
+        return snapshot("Scores", state, self._view.select(cols), self.page_size, note)
 
     def sort_by(self, column: str, descending: bool = True) -> None:
         self._sort = [[column, "desc" if descending else "asc"]]
@@ -202,9 +248,21 @@ class ScoreTable(Panel):
             self._push_status()
             return
         with self._lock:
-            self._frame = run.frame
+            self._frame = run.live_frame()
             self._refresh()
         self._notify_frame(run.done)
+        if run.done:
+            self._snapshot_final()
+
+    def _show_selected(self, change: Any) -> None:
+        """Page to the selected row when it was chosen elsewhere (a plot's point, Python)."""
+        key = selection_key(change["new"])
+        with self._lock:
+            if not key or key in self._page.get("keys", []):
+                return
+            hits = [i for i, k in enumerate(row_keys(self._view)) if k == key]
+            if hits:
+                self._page_index = hits[0] // max(self.page_size, 1)
 
     def _on_view_change(self, _change: Any) -> None:
         with self._lock:
@@ -222,14 +280,22 @@ class ScoreTable(Panel):
         except ValueError as exc:
             view = self._frame
             self._error = str(exc)
-        self._view = apply_sort(view, self._sort)
+        self._view = apply_sort(view, self._effective_sort())
         self._push_page()
 
-    def _push_page(self) -> None:
-        cols = self._columns or [c for c in DEFAULT_COLUMNS if c in self._view.columns] + [
+    def _effective_sort(self) -> list[Any]:
+        return [list(k) for k in self._sort] if self._sort else DEFAULT_SORT
+
+    def _shown_columns(self) -> list[str]:
+        return self._columns or [c for c in DEFAULT_COLUMNS if c in self._view.columns] + [
             c for c in self._view.columns if c not in DEFAULT_COLUMNS and c not in HIDDEN
         ]
+
+    def _push_page(self) -> None:
+        cols = self._shown_columns()
         page = page_payload(self._view, self._page_index, self.page_size, cols)
+        page["sort"] = self._effective_sort()
+        page["default_sort"] = not self._sort
         part = self._view.slice(page["offset"], self.page_size)
         page["keys"] = row_keys(part)
         page["reasons"] = part["reason"].to_list() if "reason" in part.columns else []
@@ -256,18 +322,14 @@ class ScoreTable(Panel):
             "n_total": self._frame.height,
             "state": self._state(),
             "error": self._error or (repr(self.run.error) if self.run and self.run.error else ""),
+            "note": self.note,
         }
         if self.run is not None:
-            p = self.run.progress
-            left = p.time_left_s
-            status.update(
-                records_read=p.records_read,
-                total_records=p.total_records,
-                blocks=p.blocks,
-                share_converged=round(p.share_converged, 4),
-                time_left_s=None if left is None else round(left, 1),
-                stopping=self._stop_requested and not p.done,
-            )
+            status.update(run_status(self.run), stopping=self._stop_requested and not self.run.done)
+            if "converged" in self._frame.columns and self._frame.height:
+                # the rows' own ✓ column: a run that read to the end settles every pair,
+                # which the engine's count of early convergences does not include
+                status["share_converged"] = round(float(self._frame["converged"].mean()), 4)
         self._status = status
 
     # -- messages from the browser ------------------------------------------------

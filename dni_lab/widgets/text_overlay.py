@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import traitlets
 
+from ..backend.behaviors import address_and_width
 from ._base import as_selection, esm, selection_key
 from ._behavior import unit_ready
 from ._overlay import PagedOverlay
@@ -80,6 +81,7 @@ class TextOverlay(PagedOverlay):
         super().__init__(
             models, records, hypotheses, selection, page_size, device, ("pinned",), **kwargs
         )
+        self.on_msg(self._on_message)
 
     @property
     def units(self) -> list[dict[str, Any]]:
@@ -97,6 +99,23 @@ class TextOverlay(PagedOverlay):
         u = as_selection(unit) if unit is not None else dict(self.selection)
         if unit_ready(u) and selection_key(u) not in {selection_key(p) for p in self.pinned}:
             self.pinned = [*self.pinned, u]
+
+    def step_unit(self, delta: int) -> dict[str, Any]:
+        """Select the unit ``delta`` places away in the selected unit's layer (same model
+        and hypothesis); what the overlay's "‹ unit" and "unit ›" buttons do."""
+        sel = dict(self.selection)
+        if not unit_ready(sel):
+            return sel
+        model = self.source.model(sel["mid"])
+        _, width = address_and_width(model, sel["layer"], self.source.records, self.source.device)
+        unit = int(sel["unit"]) + int(delta)
+        if 0 <= unit < width:  # uids are consecutive within a layer (resolve_units)
+            self.selection = {**sel, "unit": unit, "uid": int(sel["uid"]) + int(delta)}
+        return dict(self.selection)
+
+    def _on_message(self, _w: Any, content: dict[str, Any], _b: list) -> None:
+        if content.get("type") == "step":
+            self.step_unit(int(content.get("delta", 0)))
 
     def _describe(self) -> str:
         lay = self._layout

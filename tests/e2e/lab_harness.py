@@ -35,9 +35,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port in DNI_LAB_E2E_PORTS (``lo-hi``, e.g. ``18800-18899`` where a shared machine
+    hands out ranges), else any free port."""
+    lo, _, hi = os.environ.get("DNI_LAB_E2E_PORTS", "").partition("-")
+    candidates = range(int(lo), int(hi) + 1) if lo and hi else [0]
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port in DNI_LAB_E2E_PORTS={os.environ['DNI_LAB_E2E_PORTS']}")
 
 
 def write_notebook(path: Path, cells: Sequence[str]) -> Path:
@@ -64,8 +73,9 @@ def write_notebook(path: Path, cells: Sequence[str]) -> Path:
 
 
 @contextlib.contextmanager
-def jupyter_lab(root: Path, timeout: float = 90.0) -> Iterator[str]:
-    """Run JupyterLab on ``root``; yields the base URL (``http://127.0.0.1:PORT``)."""
+def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "jupyterlab") -> Iterator[str]:
+    """Run JupyterLab (or ``app="notebook"``: Notebook 7) on ``root``; yields
+    ``"http://127.0.0.1:PORT|TOKEN"`` (with ``|notebook`` appended for Notebook 7)."""
     port, token = free_port(), secrets.token_hex(16)
     home = root / ".jupyter-home"
     for d in ("config", "data", "runtime", "settings", "workspaces"):
@@ -82,10 +92,11 @@ def jupyter_lab(root: Path, timeout: float = 90.0) -> Iterator[str]:
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
         "JUPYTER_TOKEN": token,
     }
+    cls = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        app,
         "--allow-root",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
@@ -93,10 +104,11 @@ def jupyter_lab(root: Path, timeout: float = 90.0) -> Iterator[str]:
         "--ServerApp.port_retries=0",
         f"--ServerApp.root_dir={root}",
         f"--IdentityProvider.token={token}",
-        f"--LabApp.user_settings_dir={home / 'settings'}",
-        f"--LabApp.workspaces_dir={home / 'workspaces'}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--{cls}.user_settings_dir={home / 'settings'}",
+        f"--{cls}.workspaces_dir={home / 'workspaces'}",
     ]
+    if app == "jupyterlab":
+        cmd.append("--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
     log = open(root / "jupyterlab.log", "w")  # closed in the finally below
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     base = f"http://127.0.0.1:{port}"
@@ -112,7 +124,7 @@ def jupyter_lab(root: Path, timeout: float = 90.0) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("JupyterLab did not start in time") from None
                 time.sleep(0.5)
-        yield f"{base}|{token}"
+        yield f"{base}|{token}" + ("" if app == "jupyterlab" else "|notebook")
     finally:
         proc.terminate()
         try:
@@ -135,9 +147,12 @@ def chromium_page(viewport: tuple[int, int] = (1500, 1000)) -> Iterator[Any]:
             browser.close()
 
 
-def open_notebook(page: Any, server: str, name: str) -> None:
-    base, token = server.split("|")
-    page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="domcontentloaded")
+def open_notebook(page: Any, server: str, name: str, reset: bool = False) -> None:
+    """Open notebook ``name``; ``reset``: in JupyterLab, without the tabs open before."""
+    base, token, *app = server.split("|")
+    path = "notebooks" if app == ["notebook"] else "lab/tree"
+    query = "&reset" if reset and app != ["notebook"] else ""
+    page.goto(f"{base}/{path}/{name}?token={token}{query}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     # the kernel is ready when the status shows Idle
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)

@@ -54,13 +54,6 @@ CHECK = (
 )
 
 
-@pytest.fixture
-def shots(tmp_path):
-    d = tmp_path / "screenshots"
-    d.mkdir()
-    return d
-
-
 def test_live_inspection_in_jupyterlab(tmp_path, shots):
     tests_dir = str(Path(__file__).resolve().parents[1])
     write_notebook(tmp_path / "live.ipynb", [SETUP.format(tests=tests_dir), SHOW, CHECK])
@@ -68,7 +61,7 @@ def test_live_inspection_in_jupyterlab(tmp_path, shots):
         try:
             _drive(page, server, shots)
         except BaseException:
-            path = shots / "failure.png"
+            path = tmp_path / "failure.png"
             page.screenshot(path=str(path), full_page=True)
             print(f"screenshot of the failure: {path}")
             raise
@@ -150,3 +143,50 @@ def _drive(page, server: str, shots: Path) -> None:
 def _records_read(page) -> int:
     text = page.locator(".dni-progress-text").inner_text()
     return int(text.split(" ")[0].replace(",", ""))
+
+
+VEGA = """\
+import sys
+sys.path.insert(0, {tests!r})
+import dni_lab as dl
+from conftest import CharLM, encode_chars, random_records
+from dni_lab.widgets import Lab
+import torch
+torch.manual_seed(0)
+model = dl.Model(CharLM(), encode=encode_chars, name="toy")
+records = random_records(300)
+paren = dl.hypothesis(lambda r: [c in "()" for c in r], name="paren")
+frame = dl.inspect(models=[model], hypotheses=[paren], data=records, units=[("lstm", "*")],
+                   eps=None, cache=False)
+lab = Lab(frame, models=[model], records=records, hypotheses=[paren], charts="vega")
+lab
+"""
+
+
+def test_vega_charts_offline_and_a_click_selects(tmp_path, shots):
+    """Altair's JupyterChart, bundled offline: the page requests nothing from elsewhere, the
+    chart has tooltips and a click on a point selects the unit in the table."""
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    write_notebook(tmp_path / "vega.ipynb", [VEGA.format(tests=tests_dir)])
+    with jupyter_lab(tmp_path) as server, chromium_page() as page:
+        outside = []
+        base = server.split("|")[0]
+        page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:"))
+                else outside.append(r.url))  # fmt: skip
+        try:
+            open_notebook(page, server, "vega.ipynb")
+            run_cell(page, 0)
+            point = page.locator(".vega-embed .mark-symbol path").first
+            point.wait_for(timeout=90_000)
+            assert page.locator(".dni-table-panel tr.dni-selected").count() == 0
+            point.click()
+            page.wait_for_selector(".dni-table-panel tr.dni-selected", timeout=15_000)
+            point.hover()
+            page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
+            page.locator(".vega-embed").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "vega_charts.png"))
+        except BaseException:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            print(f"screenshot of the failure: {tmp_path / 'failure.png'}")
+            raise
+        assert outside == [], outside

@@ -80,17 +80,32 @@ class QueryInspection:
         return self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
 
     # -- S -----------------------------------------------------------------------
-    def frame(self, final: bool = False) -> pl.DataFrame:
-        """S so far (score-frame columns): finished steps and the step in flight."""
-        return self.scores(internal=False)
+    def frame(self, final: bool = False, epochs: bool = False) -> pl.DataFrame:
+        """S so far (score-frame columns): finished steps and the step in flight; with
+        ``epochs`` also the checkpoint's ``epoch`` after ``mid`` (checkpoints of a model
+        share its ``mid``), as the live table shows it."""
+        if not epochs:
+            return self.scores(internal=False)
+        s = self.scores(internal=False, checkpoints=True)
+        epochs = {i: e.meta.get("epoch") for i, e in enumerate(self.grouping.scope.models)}
+        if all(v is None for v in epochs.values()):
+            return s.drop("__dl_m")
+        dtype: Any = pl.Int64
+        if not all(v is None or isinstance(v, int) for v in epochs.values()):
+            dtype, epochs = pl.String, {k: None if v is None else str(v) for k, v in epochs.items()}
+        epoch = pl.col("__dl_m").replace_strict(epochs, default=None, return_dtype=dtype)
+        s = s.with_columns(epoch=epoch).drop("__dl_m")
+        return s.select("mid", "epoch", *[c for c in s.columns if c not in ("mid", "epoch")])
 
-    def scores(self, internal: bool = False) -> pl.DataFrame:
+    def scores(self, internal: bool = False, checkpoints: bool = False) -> pl.DataFrame:
         with self._lock:
             parts = list(self._done)
             cur = self.current
         if cur is not None and not internal:
             parts.append(self._rename(cur.frame(final=False)))
         schema = {**SCHEMA, **_INTERNAL} if internal else SCHEMA
+        if checkpoints and not internal:
+            schema = {**SCHEMA, "__dl_m": pl.Int64}
         if not parts:
             s = pl.DataFrame(schema=schema)
         else:
@@ -172,9 +187,10 @@ class QueryInspection:
         p.blocks = b.blocks + c.blocks
         p.pairs_total = b.pairs_total + c.pairs_total
         p.pairs_converged = b.pairs_converged + c.pairs_converged
-        p.elapsed_s = time.perf_counter() - start
         p.cancelled = self._cancel
         p.done = done
+        # mark() pins the time-left estimate, so the one shown never grows between blocks
+        p.mark(time.perf_counter() - start)
 
 
 class QueryRun(Run):
@@ -183,6 +199,10 @@ class QueryRun(Run):
     @property
     def frame(self) -> pl.DataFrame:  # type: ignore[override]
         return self.inspection.frame()
+
+    def live_frame(self) -> pl.DataFrame:
+        """S so far with each checkpoint's ``epoch`` (what the live table shows)."""
+        return self.inspection.frame(epochs=True)
 
     def __repr__(self) -> str:
         p = self.progress
