@@ -114,3 +114,17 @@ def test_the_plan_backstop_refuses_a_file_scan_the_lexer_missed(secret, monkeypa
         "SELECT 'SCAN' AS x, 'a SCAN [b' AS y, mid AS \"SCAN\" FROM t", {"t": frame}
     )
     assert out.rows() == [("SCAN", "a SCAN [b", "a")]
+
+
+def test_table_filter_box_cannot_read_files(tmp_path) -> None:
+    """The live table's filter box runs SQL too: it gets the same guards as a query."""
+    import polars as pl
+
+    from dni_lab.widgets._paging import apply_filter
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("b\n42\n")
+    frame = pl.DataFrame({"unit": [1, 2], "unit_score": [0.1, 0.9]})
+    assert apply_filter(frame, "unit_score > 0.5")["unit"].to_list() == [2]
+    with pytest.raises(ValueError, match="reads files"):
+        apply_filter(frame, f"unit_score < (SELECT max(b) FROM read_csv('{secret}'))")

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 import torch
 
+from . import cluster as _cluster  # noqa: F401  (installs the engine's Ray runner)
 from .cache import HypothesisCache
 from .engine import Inspection
 from .params import InspectParams

@@ -47,6 +47,11 @@ TOP_K = 3
 LEAVE_OPEN = 0.005
 
 
+# The cluster package installs its runner here when it is imported (dni_lab imports
+# it): the runner builds Inspections itself, so the engine must not import it back.
+sharded_run: Callable[..., pl.DataFrame] | None = None
+
+
 @dataclass
 class Progress:
     """Where a run stands; passed to per-block callbacks."""
@@ -166,9 +171,12 @@ class Inspection:
     def run(self, on_block: Callable[[Inspection], None] | None = None) -> pl.DataFrame:
         """Read blocks until every pair converged, the data ended, or a cancel."""
         if self.params.cluster is not None:  # the same loop, blocks dealt to Ray workers
-            from .cluster import run_sharded
-
-            return run_sharded(self, on_block)
+            if sharded_run is None:
+                raise DNIError(
+                    "cluster= needs the Ray runner: import dni_lab (or dni_lab.backend.cluster)"
+                    " before running an Inspection on a cluster."
+                )
+            return sharded_run(self, on_block)
         with contextlib.ExitStack() as placed:
             for model in self.models:  # once per run, not per block
                 placed.enter_context(on_device(model, self.device))

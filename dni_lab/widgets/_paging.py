@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from ..backend.query.sql import refuse_file_access, refuse_file_scan
+
 # A filter with one of these reads as an SQL condition; anything else is a text search.
 _SQLISH = re.compile(r"[=<>!]|\b(and|or|not|like|ilike|is|in|between)\b", re.IGNORECASE)
 
@@ -78,7 +80,11 @@ def apply_filter(frame: pl.DataFrame, text: str) -> pl.DataFrame:
         return frame
     if _SQLISH.search(text):
         try:
-            return frame.sql(_WHERE + text)
+            # the query engine's guards: a filter may read this frame, never a file
+            refuse_file_access(_WHERE + text)
+            plan = pl.SQLContext({"self": frame}, eager=False).execute(_WHERE + text)
+            refuse_file_scan(plan.explain(optimized=False))
+            return plan.collect()
         except Exception as exc:  # Polars raises several error types for bad SQL
             raise ValueError(filter_error(text, exc)) from exc
     needle = text.lower()

@@ -84,11 +84,10 @@ def sharded_activations(
     return np.concatenate([p for p, _ in parts]), parts[0][1]
 
 
-def _null_hits_shard(blocks: list[tuple], sizes: list[int], first: int, stop: int,
-                     alternative: str, target: Any, info: list[Any], seed: int,
+def _null_hits_shard(null_hits: Any, blocks: list[tuple], sizes: list[int], first: int,
+                     stop: int, alternative: str, target: Any, info: list[Any], seed: int,
                      device: Any) -> Any:  # fmt: skip
     from ..extract import resolve_device
-    from ..verify.stats import null_hits
     from .shards import moved
 
     dev = resolve_device(device)
@@ -96,6 +95,7 @@ def _null_hits_shard(blocks: list[tuple], sizes: list[int], first: int, stop: in
 
 
 def sharded_null_hits(
+    null_hits: Any,
     blocks: list[tuple],
     sizes: list[int],
     alternative: str,
@@ -110,6 +110,9 @@ def sharded_null_hits(
 
     Parameters
     ----------
+    null_hits : callable
+        :func:`~dni_lab.backend.verify.stats.null_hits`, passed in so that the cluster
+        package never imports the checks that call it (no import cycle).
     blocks, sizes, alternative, target, info, seed
         As in :func:`~dni_lab.backend.verify.stats.null_hits` (``sizes``: permutations
         per chunk, the unit a task takes a contiguous run of).
@@ -130,7 +133,7 @@ def sharded_null_hits(
     per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
     task = ray.remote(_null_hits_shard).options(**shape.options(), max_retries=3)
     ref = ray.put(moved(blocks, "cpu"))
-    refs = [task.remote(ref, sizes, k, min(k + per, n), alternative, target, info, seed,
+    refs = [task.remote(null_hits, ref, sizes, k, min(k + per, n), alternative, target, info, seed,
                         device) for k in range(0, n, per)]  # fmt: skip
     try:
         return sum(ray.get(refs))

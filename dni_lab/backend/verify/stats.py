@@ -253,7 +253,7 @@ def permutation_test(
         from ..cluster.tasks import sharded_null_hits
 
         hits = sharded_null_hits(
-            blocks, sizes, alternative, target, info, seed, device, cluster, workers
+            null_hits, blocks, sizes, alternative, target, info, seed, device, cluster, workers
         )
     else:
         hits = null_hits(blocks, sizes, 0, len(sizes), alternative, target, info, seed, dev)
