@@ -1,0 +1,187 @@
+"""The merged ``logreg`` probe against ``corr`` and against one probe per hypothesis.
+
+Usage::
+
+    python benchmarks/bench_probes.py            # 40 hypotheses x 128 units, 1,000 queries
+    python benchmarks/bench_probes.py --quick     # smoke size (CI)
+
+Workload: the trained SQL LSTM (128 units) over windows of held-out queries, and
+40 binary parse-tree signals of the SQL grammar (the 40 with the most balanced
+classes). All in one run, side by side:
+
+1. ``dl.inspect`` end to end (extraction, hypotheses, measure; ``eps=None`` so both
+   read every record) with ``corr`` and with ``logreg``: the cost a user meets;
+   also the measures alone over the same precomputed blocks.
+2. scikit-learn's fastest L1 solver (``liblinear``), one model per hypothesis and
+   fold, on exactly the rows, folds and standardisation the merged probe trained
+   on (extraction done once: it gets arrays).
+3. NeuroX 1.0.9's ``train_logistic_regression_probe`` (Adam, 10 epochs, batch 32,
+   its defaults; L1 weight ``1/(C·n)`` as ours) on the same rows and folds, if
+   NeuroX is installed (``pip install --no-deps neurox==1.0.9 imbalanced-learn``).
+
+The baselines fit a spread of hypotheses and are scaled to all 40 (printed as
+extrapolated); F1 is compared on the hypotheses they fitted. Targets (issue 11):
+logreg ≤ 5x corr; ≥ 20x faster than each baseline at equal F1 (± 0.02).
+It asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import dni_lab as dl  # noqa: E402
+from benchmarks.run_benchmarks import behaviors  # noqa: E402
+from benchmarks.sk_probe import pooled_f1, sklearn_probe_f1, standardize  # noqa: E402
+from benchmarks.workload import Workload  # noqa: E402
+from dni_lab.backend.measures.corr import Corr  # noqa: E402
+from dni_lab.backend.measures.logreg import LogReg  # noqa: E402
+from dni_lab.backend.query.subset import SubsetFamily  # noqa: E402
+
+
+def workload(n_queries: int, quick: bool, n_hyps: int) -> tuple[Workload, Any, list[str]]:
+    """The SQL LSTM, its held-out windows and the ``n_hyps`` most balanced signals."""
+    from hypotheses.grammars import sql as grammar
+    from hypotheses.workloads import sql as sql_workload
+
+    module, encode, _ = sql_workload.load(quick=quick, hidden=128)
+    records = sql_workload.records(n_queries, seed=10_007)
+    family = grammar.family()
+    wl = Workload(module, encode, "lstm", 128, records, [family])
+    bh = behaviors(wl, records[: min(len(records), 1024)], 512)
+    _, H = bh.flat()
+    rate = H.mean(0).numpy()
+    binary = [j for j, i in enumerate(bh.info) if i.kind == "binary" and 0.01 < rate[j] < 0.99]
+    chosen = sorted(binary, key=lambda j: abs(rate[j] - 0.5))[:n_hyps]
+    signals = [family.signals()[j] for j in sorted(chosen)]
+    return wl, SubsetFamily(family, signals), signals
+
+
+def timed_inspect(wl: Workload, family: Any, measure: Any) -> tuple[float, Any]:
+    model = dl.Model(wl.module, encode=wl.encode, name="sql-lstm")
+    t0 = time.perf_counter()
+    frame = dl.inspect(models=[model], hypotheses=[family], measures=[measure], data=wl.records,
+                       units=[("lstm", "*")], eps=None, cache=False)  # fmt: skip
+    return time.perf_counter() - t0, frame
+
+
+def _baseline(out: dict[str, Any], pick: list[int], f1: np.ndarray, n_all: int) -> dict:
+    """A baseline's fitted time scaled to all hypotheses, and its F1 beside ours."""
+    diff = np.abs(np.subtract(out["f1"], f1[pick]))
+    return {"fitted": len(pick), "seconds": out["seconds"],
+            "total_s": out["seconds"] / len(pick) * n_all,
+            "f1_ours": [float(f1[j]) for j in pick], "f1_theirs": [float(v) for v in out["f1"]],
+            "max_abs_f1_diff": float(np.nanmax(diff))}  # fmt: skip
+
+
+def run_measure(measure: Any, bh: Any) -> tuple[float, Any, Any]:
+    t0 = time.perf_counter()
+    st = measure.start(bh.U[0].shape[-1], bh.H[0].shape[-1], "cpu", bh.info)
+    for U, H, m in zip(bh.U, bh.H, bh.mask, strict=True):
+        st = measure.update(st, U, H, m)
+    res = measure.result(st)
+    return time.perf_counter() - t0, st, res
+
+
+def neurox_f1(X: np.ndarray, Y: np.ndarray, fold: np.ndarray, C: float) -> dict[str, Any]:
+    """NeuroX probes per hypothesis column and fold, scored like the merged probe."""
+    from neurox.interpretation import linear_probe as lp
+
+    Xs = standardize(np.asarray(X, dtype=np.float32)).astype(np.float32)
+    f1, t0 = [], time.perf_counter()
+    for j in range(Y.shape[1]):
+        y = Y[:, j] > 0.5
+        pred = np.zeros(len(y), dtype=bool)
+        for f in np.unique(fold):
+            tr, te = fold != f, fold == f
+            quiet = io.StringIO()  # NeuroX prints per epoch
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                probe = lp.train_logistic_regression_probe(
+                    Xs[tr], y[tr].astype(np.int64), lambda_l1=1.0 / (C * tr.sum()), lambda_l2=0.0
+                )
+            with torch.no_grad():
+                out = probe(torch.from_numpy(Xs[te]))
+            pred[te] = out.argmax(1).numpy() == 1
+        f1.append(pooled_f1(pred, y))
+    return {"f1": f1, "seconds": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke size")
+    ap.add_argument("--queries", type=int, default=None)
+    ap.add_argument("--hyps", type=int, default=40)
+    ap.add_argument("--sk-hyps", type=int, default=6, help="hypotheses scikit-learn fits")
+    ap.add_argument("--neurox-hyps", type=int, default=3, help="hypotheses NeuroX fits")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    n_q = args.queries or (40 if args.quick else 1000)
+    wl, family, signals = workload(n_q, args.quick, args.hyps)
+    print(f"workload: SQL LSTM 128 units, {len(wl.records):,} windows, {len(signals)} hypotheses")
+
+    res: dict[str, Any] = {"records": len(wl.records), "hypotheses": len(signals)}
+    res["inspect_corr_s"], _ = timed_inspect(wl, family, "corr")
+    res["inspect_logreg_s"], _ = timed_inspect(wl, family, "logreg")
+    sub = Workload(wl.module, wl.encode, "lstm", 128, wl.records, [family])
+    bh = behaviors(sub, wl.records, 512)
+    res["symbols"] = int(sum(int(m.sum()) for m in bh.mask))
+    res["corr_measure_s"], _, _ = run_measure(Corr(), bh)
+    measure = LogReg()
+    res["logreg_measure_s"], st, out = run_measure(measure, bh)
+    f1 = np.asarray(out.group_score[0], dtype=float)
+    res["training_rows"] = len(st.X)
+
+    order = [j for j in np.argsort(f1) if np.isfinite(f1[j])]
+    col_of = {int(j): k for k, j in enumerate(st.out_hyp)}
+
+    def spread(k: int) -> list[int]:
+        return [order[int(i)] for i in np.linspace(0, len(order) - 1, min(k, len(order)))]
+
+    X, Y, fold = st.X.numpy(), st.Y.numpy(), st.fold.numpy()
+    pick = spread(args.sk_hyps)
+    sk = sklearn_probe_f1(X, Y[:, [col_of[j] for j in pick]], fold, C=measure.C, solver="liblinear")
+    res["sklearn"] = _baseline(sk, pick, f1, len(order))
+    try:
+        pick = spread(args.neurox_hyps)
+        nx = neurox_f1(X, Y[:, [col_of[j] for j in pick]], fold, measure.C)
+        res["neurox"] = _baseline(nx, pick, f1, len(order))
+    except ImportError as exc:
+        res["neurox"] = {"skipped": f"NeuroX not installed ({exc})"}
+
+    lr, co = res["logreg_measure_s"], res["corr_measure_s"]
+    print(f"symbols {res['symbols']:,}; logreg trained on a {res['training_rows']:,}-row sample")
+    ic, il = res["inspect_corr_s"], res["inspect_logreg_s"]
+    print(f"dl.inspect end to end: corr {ic:.2f} s, logreg {il:.2f} s -> logreg/corr "
+          f"{il / ic:.1f}x (target <= 5x)")  # fmt: skip
+    print(f"measures alone on the same blocks: corr {co:.2f} s, logreg {lr:.2f} s "
+          f"-> {lr / co:.0f}x")  # fmt: skip
+    for name in ("sklearn", "neurox"):
+        b = res[name]
+        if "skipped" in b:
+            print(f"{name}: {b['skipped']}")
+            continue
+        label = "scikit-learn liblinear" if name == "sklearn" else "NeuroX 1.0.9"
+        print(f"{label}: {b['seconds']:.1f} s for {b['fitted']} hypotheses x 5 folds -> "
+              f"{b['total_s']:.1f} s for all {len(order)} (extrapolated); merged logreg {lr:.2f} s "
+              f"-> {b['total_s'] / lr:.0f}x faster (target >= 20x); max |F1 diff| "
+              f"{b['max_abs_f1_diff']:.3f} (target <= 0.02)")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
