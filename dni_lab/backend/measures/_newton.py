@@ -86,12 +86,15 @@ def newton(
     tol: float,
     hessian_rows: int = 4096,
     mu: torch.Tensor | None = None,
+    refresh: int = 3,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to ``iters`` damped Newton steps on every column, warm-started at ``W0``.
 
     Returns the weights and the per-column damping, to warm-start the next call.
     A column stops when one step lowers its objective by less than ``tol``
-    (relative).
+    (relative). Hessians are rebuilt every ``refresh`` steps, or sooner when a
+    quarter of the steps found no decrease at all: building them costs more than a
+    step, and curvature drifts slowly once the weights are near the optimum.
     """
     X = p.X
     n, d = X.shape
@@ -104,6 +107,8 @@ def newton(
     active = torch.arange(c, device=X.device)
     Z = X @ W
     F = objective(p, active, Z, W)
+    H_all = torch.empty(int(p.col_out.max()) + 1, d, d, device=X.device)
+    stale = refresh  # steps since the Hessians were built: build them first
     for _ in range(iters):
         if len(active) == 0:
             break
@@ -112,11 +117,15 @@ def newton(
         root = torch.sqrt(Wa[1:] ** 2 + SMOOTH**2)
         g = X.T @ ((P - p.Y[:, active]) * p.w_row[:, active])
         g[1:] += lam * Wa[1:] / root
-        H, pos = _hessians(p, active, P, rows)
+        if stale >= refresh:
+            H, _ = _hessians(p, active, P, rows)
+            H_all[torch.unique(p.col_out[active])] = H
+            stale = 0
+        stale += 1
         diag = torch.zeros(len(active), d, device=X.device)
         diag[:, 1:] = (lam * SMOOTH**2 / root**3).T  # the smoothed penalty's curvature
         diag += (mu[active] * g.norm(dim=0).sqrt() + 1e-8)[:, None]
-        L, _ = torch.linalg.cholesky_ex(H[pos] + torch.diag_embed(diag))
+        L, _ = torch.linalg.cholesky_ex(H_all[p.col_out[active]] + torch.diag_embed(diag))
         step = -torch.cholesky_solve(g.T[:, :, None], L).squeeze(2).T
         slope = (g * step).sum(0)
         t = torch.ones(len(active), device=X.device)
@@ -135,6 +144,8 @@ def newton(
         t[worse] = 0
         Wn[:, worse], Zn[:, worse], Fn[worse] = Wa[:, worse], Za[:, worse], Fa[worse]
         mu[active] = torch.where(t < 1, mu[active] * 8, (mu[active] / 4).clamp_min(1e-4))
+        if worse.float().mean() > 0.25:
+            stale = refresh
         gain = (Fa - Fn) / Fa.abs().clamp_min(1e-12)
         W[:, active], Z[:, active], F[active] = Wn, Zn, Fn
         # a column that found no decrease retries with stronger damping, up to a point
