@@ -186,11 +186,11 @@ def test_a_worker_error_surfaces_as_the_one_process_error():
 
 
 def test_a_query_runs_on_the_cluster_from_its_with_options(monkeypatch):
-    import dni_lab.backend.cluster as cluster
+    import dni_lab.backend.engine as engine
 
     sharded = []
-    real = cluster.run_sharded
-    monkeypatch.setattr(cluster, "run_sharded", lambda i, cb: sharded.append(1) or real(i, cb))
+    real = engine.sharded_run
+    monkeypatch.setattr(engine, "sharded_run", lambda i, cb: sharded.append(1) or real(i, cb))
     recs = random_records(90, seed=11)
     ns = {"lm": _model(), "texts": recs, "hyps": [paren, position]}
     sql = "SELECT * INSPECT lm AND hyps OVER texts WITH (eps = NULL, block_size = 16, {})"
