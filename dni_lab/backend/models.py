@@ -82,6 +82,17 @@ class Model:
         self.meta = dict(meta or {})
         self._widths: dict[str, int] = {}  # filled once by layer_widths' probe pass
 
+    @classmethod
+    def from_hf(cls, module: nn.Module, tokenizer: Any, **kwargs: Any) -> Model:
+        """A Hugging Face model and its fast tokenizer; tokens are the symbols.
+
+        See :class:`dni_lab.backend.hf.HFModel` for the keyword arguments (``name``,
+        ``pool``, ``max_length``, ``meta``). Needs ``pip install dni_lab[hf]``.
+        """
+        from .hf import HFModel
+
+        return HFModel(module, tokenizer, **kwargs)
+
     # -- addressing -------------------------------------------------------------
     @property
     def layers(self) -> list[str]:
