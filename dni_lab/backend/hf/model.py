@@ -83,9 +83,7 @@ class HFModel(Model):
         super().__init__(module, encode=self._encode, name=name, symbols=self._count, meta=meta)
         self.meta.setdefault("architecture", arch)
         self._blocks, self._n_blocks = names.find_blocks(module)
-        # the Rust side serializes its vocabulary in hash order: sort before hashing
-        spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
-        self._tokenizer_hash = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        self._tokenizer_hash = tokenizer_hash(tokenizer)
         self._positions = "position_ids" in inspect.signature(module.forward).parameters
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._index: torch.Tensor | None = None
@@ -202,6 +200,13 @@ class HFModel(Model):
                 stack.callback(hook.remove)
             store.raw = raw
             yield store
+
+
+def tokenizer_hash(tokenizer: Any) -> str:
+    """A stable hash of a fast tokenizer's definition (vocabulary, merges, rules)."""
+    # the Rust side serializes its vocabulary in hash order: sort before hashing
+    spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
 class _SymbolStore(dict):
