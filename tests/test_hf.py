@@ -31,8 +31,13 @@ def gpt2():
     tok = bpe(corpus(200, seed=1), vocab_size=300)
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(
-        vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=3, n_head=4,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+        vocab_size=len(tok),
+        n_positions=64,
+        n_embd=32,
+        n_layer=3,
+        n_head=4,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
     )
     return transformers.GPT2LMHeadModel(cfg).eval(), tok
 
@@ -42,8 +47,12 @@ def bert():
     tok = wordpiece(corpus(200, seed=1), vocab_size=120)
     torch.manual_seed(0)
     cfg = transformers.BertConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64,
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
     )
     return transformers.BertModel(cfg).eval(), tok
 
