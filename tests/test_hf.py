@@ -290,3 +290,23 @@ def test_bad_tokenizers_are_named(gpt2):
         dl.Model.from_hf(module, nopad)
     with pytest.raises(ValueError, match="more than model"):
         HFModel(module, tok).symbols("select " * 80)
+
+
+def test_gradient_behavior_reads_symbols_not_positions(gpt2):
+    module, tok = gpt2
+    data = corpus(12, seed=5)
+    scores = []
+    for side in ("right", "left"):
+        model = HFModel(module, _clone_tok(tok, side), name="g")
+        f = dl.inspect(
+            model,
+            [keyword],
+            data=data,
+            eps=None,
+            units=[("blocks.0.hook_resid_post", [0, 1])],
+            behavior="gradient",
+            cache=False,
+        )
+        scores.append(f.sort("uid")["unit_score"].to_numpy())
+    assert np.isfinite(scores[0]).all()
+    np.testing.assert_allclose(scores[0], scores[1], atol=1e-4)

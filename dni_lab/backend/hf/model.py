@@ -153,6 +153,16 @@ class HFModel(Model):
         self._index = batch.pop(_INDEX, None)
         return self.module(**to_device(batch, _input_device(self.module)))
 
+    def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
+        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device."""
+        idx = self._index
+        if idx is None or t.dim() != 3:
+            return t
+        if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
+            t = t.expand(idx.shape[0], -1, -1)
+        out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
+        return out.to(idx.device)
+
     @property
     def addresses(self) -> list[str]:
         """Module addresses plus each block's per-head outputs (``{block}.attn.hook_z``)."""
@@ -217,15 +227,9 @@ class _SymbolStore(dict):
         self.model = model
         self.raw: dict[str, Any] = {}
 
-    def _gathered(self, addr: str) -> torch.Tensor | None:
+    def _gathered(self, addr: str) -> Any:
         t = dict.get(self, addr, self.raw.get(addr))
-        idx = self.model._index
-        if not isinstance(t, torch.Tensor) or idx is None or t.dim() != 3:
-            return t
-        if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
-            t = t.expand(idx.shape[0], -1, -1)
-        idx = idx.to(t.device)
-        return t.gather(1, idx[..., None].expand(-1, -1, t.shape[-1])).to(self.model._index.device)
+        return self.model.gather_symbols(t) if isinstance(t, torch.Tensor) else t
 
     def get(self, addr: str, default: Any = None) -> Any:
         return self._gathered(addr) if addr in self else default
