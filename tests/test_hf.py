@@ -310,3 +310,20 @@ def test_gradient_behavior_reads_symbols_not_positions(gpt2):
         scores.append(f.sort("uid")["unit_score"].to_numpy())
     assert np.isfinite(scores[0]).all()
     np.testing.assert_allclose(scores[0], scores[1], atol=1e-4)
+
+
+def test_behavior_source_reads_tokens_and_aligned_signals(gpt2):
+    from dni_lab.backend.behaviors import BehaviorSource
+
+    module, tok = gpt2
+    gm = HFModel(module, _clone_tok(tok, "left"), name="gpt2")
+    recs = corpus(6, seed=9)
+    src = BehaviorSource(gm, recs, [keyword])
+    sel = {"mid": "gpt2", "layer": "transformer.h.1", "unit": 3}
+    acts = src.activations(sel, range(len(recs)))
+    sig = src.signal("keyword", range(len(recs)), gm)
+    assert [len(a) for a in acts] == [gm.symbols(r) for r in recs] == [len(s) for s in sig]
+    assert sig[0].tolist() == AlignedFamily(keyword, gm).evaluate(recs[0])[:, 0].tolist()
+    with gm.capture(["transformer.h.1"]) as store, torch.inference_mode():
+        gm.forward(gm.encode(recs))
+    np.testing.assert_allclose(acts[2], store["transformer.h.1"][2, : len(acts[2]), 3], atol=1e-5)

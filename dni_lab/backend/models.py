@@ -10,6 +10,7 @@ layer). Hooks live only inside :meth:`Model.capture` and are always removed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -92,6 +93,12 @@ class Model:
         from .hf import HFModel
 
         return HFModel(module, tokenizer, **kwargs)
+
+    def with_module(self, module: nn.Module) -> Model:
+        """This model (same name, encode, symbols, kind) around another module, e.g. a copy."""
+        clone = copy.copy(self)
+        clone.module = module
+        return clone
 
     # -- addressing -------------------------------------------------------------
     @property
