@@ -327,3 +327,25 @@ def test_behavior_source_reads_tokens_and_aligned_signals(gpt2):
     with gm.capture(["transformer.h.1"]) as store, torch.inference_mode():
         gm.forward(gm.encode(recs))
     np.testing.assert_allclose(acts[2], store["transformer.h.1"][2, : len(acts[2]), 3], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_parens_gpt2_workload_trains_caches_and_beats_majority(tmp_path):
+    from hypotheses.workloads import parens_gpt2
+
+    module, tok, meta = parens_gpt2.load(quick=True, directory=tmp_path)
+    assert meta["accuracy"] > meta["majority"] + 0.3
+    assert tok.convert_ids_to_tokens(tok("0()")["input_ids"])[0] == tok.eos_token  # BOS
+    again, _, meta2 = parens_gpt2.load(quick=True, directory=tmp_path)  # from the store
+    assert meta2["sha256"] == meta["sha256"]
+    for a, b in zip(module.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    model = dl.Model.from_hf(module, tok, name="parens-gpt2")
+    f = dl.inspect(model, [parens_depth()], data=parens_gpt2.parens.records(100, seed=3), eps=None)
+    assert f["unit_score"].abs().max() > 0.5  # some unit of the residual stream tracks depth
+
+
+def parens_depth():
+    from hypotheses.workloads import parens
+
+    return dl.hypothesis(parens.depth, name="depth", kind="continuous")

@@ -18,7 +18,7 @@ import torch
 
 from .errors import DNIError
 from .extract import Extractor, on_device, resolve_device, symbol_mask
-from .hypotheses import HypothesisFamily, as_family, hypothesis_block
+from .hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
 from .models import Model
 from .resolve import ModelUnits, resolve_units
 
@@ -182,8 +182,7 @@ class BehaviorSource:
         recs = [self.records[i] for i in indices]
         n = [model.symbols(r) for r in recs]
         first = int(indices[0]) if len(indices) else 0
-        fams = model.align([fam]) if hasattr(model, "align") else [fam]  # tokens: via offsets
-        H = hypothesis_block(fams, recs, n, first, None)
+        H = hypothesis_block(for_model([fam], model), recs, n, first, None)
         return [H[i, : n[i], col].astype(np.float32) for i in range(len(recs))]
 
     def peaks(self, sel: Mapping[str, Any]) -> np.ndarray:

@@ -17,7 +17,7 @@ import torch
 from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
-from .hypotheses import hypothesis_block
+from .hypotheses import for_model, hypothesis_block
 from .params import InspectParams
 from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
@@ -376,7 +376,7 @@ def _symbol_spaces(models: list[Any], families: list[Any], cached: bool) -> dict
     for m in models:
         key = _space_key(m)
         if key not in spaces:
-            fams = m.align(families) if hasattr(m, "align") else families
+            fams = for_model(families, m)
             fps = [f.fingerprint() for f in fams] if cached else None
             spaces[key] = _Space([], fams, fps)
         spaces[key].models.append(m)
