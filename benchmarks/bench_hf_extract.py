@@ -59,7 +59,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tok = bpe(records[:1000], vocab_size=256 + 96, bos=True)
     tok.padding_side = "left"  # the harder case: every record's symbols are gathered
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=width, n_layer=n_layer, n_head=4)
+    cfg = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=64,
+        n_embd=width,
+        n_layer=n_layer,
+        n_head=4,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     device = resolve_device(args.device)
     module = GPT2LMHeadModel(cfg).to(device).eval()
     model = HFModel(module, tok, name="gpt2")

@@ -210,6 +210,11 @@ def test_character_hypothesis_aligns_to_tokens(bert):
     # "ab" is two word pieces (a, ##b): both belong to word 1
     assert bm.offsets("select  ab tab") == [(0, 6), (8, 9), (9, 10), (11, 14)]
     assert AlignedFamily(word_index, bm).evaluate("select  ab tab")[:, 0].tolist() == [0, 1, 1, 2]
+    tokens = AlignedFamily(dl.hypothesis(lambda r: [3, 1, 4, 1]), bm)  # already per token
+    assert tokens.evaluate(rec)[:, 0].tolist() == [3, 1, 4, 1]
+    nan = AlignedFamily(dl.hypothesis(lambda r: [float("nan")] * len(r)), bm)
+    with pytest.raises(dl.HypothesisError, match="record 'select a from tab'"):
+        nan.evaluate(rec)
     bad = AlignedFamily(dl.hypothesis(lambda r: [0, 1, 0, 1, 0, 1, 1]), bm)
     with pytest.raises(dl.HypothesisError, match="one value per character or word"):
         bad.evaluate(rec)
@@ -274,8 +279,10 @@ def test_a_model_on_the_gpu_stays_there(gpt2):
 
     module = copy.deepcopy(gpt2[0]).cuda()
     ptr = module.transformer.h[0].mlp.c_fc.weight.data_ptr()
-    f = dl.inspect(HFModel(module, gpt2[1], name="g"), [keyword], data=corpus(20), eps=None)
-    assert module.transformer.h[0].mlp.c_fc.weight.data_ptr() == ptr and f.height == 3 * 32
+    for device in ("auto", "cpu"):  # also when the inspection itself runs on the CPU
+        model = HFModel(module, gpt2[1], name="g")
+        f = dl.inspect(model, [keyword], data=corpus(20), eps=None, device=device)
+        assert module.transformer.h[0].mlp.c_fc.weight.data_ptr() == ptr and f.height == 3 * 32
 
 
 def test_bad_tokenizers_are_named(gpt2):

@@ -52,6 +52,7 @@ def on_device(model: Model, device: torch.device):
     target = torch.device(device)
     on_accelerator = home.type == target.type and home.type not in ("cpu", "meta")
     placed = getattr(mod, "hf_device_map", None) is not None or on_accelerator
+    placed = placed or not getattr(model, "movable", True)  # it sends inputs to its own device
     move = not placed and any(t.device != target for t in tensors)
     if move:
         mod.to(device)

@@ -78,6 +78,12 @@ class AlignedFamily(HypothesisFamily):
         return self.family.hids()
 
     def evaluate(self, record: Any) -> np.ndarray:
+        try:
+            return self._evaluate(record)
+        except HypothesisError as exc:  # the record's index is not known here: show the record
+            raise HypothesisError(str(exc).replace("record -1", f"record {record[:40]!r}")) from exc
+
+    def _evaluate(self, record: Any) -> np.ndarray:
         raw = self.family.evaluate(record)
         spans = self.model.offsets(record)
         n = _length(raw)

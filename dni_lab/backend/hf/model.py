@@ -153,6 +153,11 @@ class HFModel(Model):
         self._index = batch.pop(_INDEX, None)
         return self.module(**to_device(batch, _input_device(self.module)))
 
+    @property
+    def movable(self) -> bool:
+        """False on an accelerator: inputs go to the model, behaviors come back, weights stay."""
+        return _input_device(self.module).type in ("cpu", "meta")
+
     def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
         """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device."""
         idx = self._index
