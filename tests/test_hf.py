@@ -57,6 +57,23 @@ def bert():
     return transformers.BertModel(cfg).eval(), tok
 
 
+@pytest.fixture(scope="module")
+def roberta(bert):
+    """Positions derived from the padding (offset by padding_idx): no position_ids passed."""
+    tok = bert[1]
+    torch.manual_seed(0)
+    cfg = transformers.RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        pad_token_id=tok.pad_token_id,
+    )
+    return transformers.RobertaModel(cfg).eval(), tok
+
+
 def _clone_tok(tok, side: str):
     import copy
 
@@ -81,7 +98,7 @@ def position(record: str) -> np.ndarray:
     return np.arange(len(record), dtype=float)
 
 
-@pytest.mark.parametrize("which", ["gpt2", "bert"])
+@pytest.mark.parametrize("which", ["gpt2", "bert", "roberta"])
 def test_left_and_right_padding_give_identical_scores(which, request):
     module, tok = request.getfixturevalue(which)
     data = corpus(48, seed=3)  # lengths vary a lot inside a block: padding matters

@@ -84,9 +84,10 @@ class HFModel(Model):
         self.meta.setdefault("architecture", arch)
         self._blocks, self._n_blocks = names.find_blocks(module)
         self._tokenizer_hash = tokenizer_hash(tokenizer)
-        self._positions = "position_ids" in inspect.signature(module.forward).parameters
+        self._positions = _positions_from_arange(module)
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._index: torch.Tensor | None = None
+        self._n_tokens: int | None = None
 
     # -- symbols --------------------------------------------------------------
     def offsets(self, record: str) -> list[tuple[int, int]]:
@@ -137,10 +138,11 @@ class HFModel(Model):
         keep = enc["attention_mask"].bool() & ~enc.pop("special_tokens_mask").bool()
         n = keep.sum(1)
         T = int(n.max()) if len(n) else 0
-        # positions of the real tokens, in order; padding slots repeat position 0 (masked)
+        # positions of the real tokens, in order; a shorter record's tail slots point at
+        # its padding or special tokens, which the symbol mask hides
         order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :T]
         batch = dict(enc)
-        if self._positions:
+        if self._positions and self.tokenizer.padding_side == "left":
             # left padding shifts tokens right; positions must count real tokens only,
             # or a left-padded record reads other position embeddings than a right-padded one
             batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
@@ -151,6 +153,7 @@ class HFModel(Model):
         """Run the module on an encoded batch; remembers where each symbol sits."""
         batch = dict(batch)
         self._index = batch.pop(_INDEX, None)
+        self._n_tokens = batch["input_ids"].shape[1] if "input_ids" in batch else None
         return self.module(**to_device(batch, _input_device(self.module)))
 
     @property
@@ -161,8 +164,8 @@ class HFModel(Model):
     def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
         """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device."""
         idx = self._index
-        if idx is None or t.dim() != 3:
-            return t
+        if idx is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
+            return t  # not one row per token (a pooled or per-head map): left as it is
         if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
             t = t.expand(idx.shape[0], -1, -1)
         out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
@@ -253,6 +256,21 @@ def _keep_input(store: dict, addr: str):
         dict.__setitem__(store, addr, args[0])
 
     return hook
+
+
+def _positions_from_arange(module: nn.Module) -> bool:
+    """Whether the model numbers positions 0..T-1 whatever the mask (GPT-2, BERT, ...).
+
+    Those need ``position_ids`` under left padding. RoBERTa-style embeddings (a
+    position table with a ``padding_idx``) derive positions from the padding
+    themselves, offset by it; passing ours would shift them.
+    """
+    if "position_ids" not in inspect.signature(module.forward).parameters:
+        return False
+    return not any(
+        isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
+        for name, m in module.named_modules()
+    )
 
 
 def _input_device(module: nn.Module) -> torch.device:
