@@ -18,7 +18,7 @@ import torch
 
 from .errors import DNIError
 from .extract import Extractor, on_device, resolve_device, symbol_mask
-from .hypotheses import HypothesisFamily, as_family, hypothesis_block
+from .hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
 from .models import Model
 from .resolve import ModelUnits, resolve_units
 
@@ -149,7 +149,7 @@ class BehaviorSource:
         have = self._copies.get(mid)
         if have is None or have[0] != version:
             module = _without_capture_hooks(copy.deepcopy(orig.module))
-            clone = Model(module, orig.encode, orig.name, orig.symbols, orig.resize, orig.meta)
+            clone = orig.with_module(module)  # keeps a subclass's own reading (HFModel)
             self._copies[mid] = (version, clone)
             self._extractors = {k: v for k, v in self._extractors.items() if k[0] != mid}
             self._peaks = {k: v for k, v in self._peaks.items() if k[0] != mid}
@@ -182,7 +182,7 @@ class BehaviorSource:
         recs = [self.records[i] for i in indices]
         n = [model.symbols(r) for r in recs]
         first = int(indices[0]) if len(indices) else 0
-        H = hypothesis_block([fam], recs, n, first, None)
+        H = hypothesis_block(for_model([fam], model), recs, n, first, None)
         return [H[i, : n[i], col].astype(np.float32) for i in range(len(recs))]
 
     def peaks(self, sel: Mapping[str, Any]) -> np.ndarray:

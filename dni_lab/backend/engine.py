@@ -17,7 +17,7 @@ import torch
 from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
-from .hypotheses import BlockCancelled, hypothesis_block
+from .hypotheses import BlockCancelled, for_model, hypothesis_block
 from .params import InspectParams
 from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
@@ -29,6 +29,7 @@ from .resolve import (
     as_records,
     normalize_units,
     resolve_units,
+    units_of,
 )
 from .states import MeasureState
 
@@ -128,12 +129,12 @@ class Inspection:
         self.models = as_models(models)
         self.families, self.info = as_families(hypotheses)
         self.measures = as_measures(measures)
-        self.units = normalize_units(units)
+        self.units = normalize_units(units, self.models)
         self.data = as_records(data)
         self.device = resolve_device(self.params.device)
         self.cache = as_cache(self.params.cache)
         self.hids = [i.name for i in self.info]
-        self._fingerprints = [f.fingerprint() for f in self.families] if self.cache else None
+        self._spaces = _symbol_spaces(self.models, self.families, self.cache is not None)
         widths = [len(f.signals()) for f in self.families]
         self._family_cols = np.split(np.arange(sum(widths)), np.cumsum(widths)[:-1])
         self.states: list[MeasureState] = []
@@ -223,29 +224,25 @@ class Inspection:
 
         False when a cancel arrived before any state saw the block.
         """
-        n_sym = self._symbol_counts(block_records, first)
-        try:
-            H = torch.from_numpy(
-                hypothesis_block(
-                    self.families,
-                    block_records,
-                    n_sym,
-                    first,
-                    self.cache,
-                    self._fingerprints,
-                    self._finished_families(),
-                    cancelled=lambda: self._cancel,
-                )
-            ).to(self.device)
+        counts = {
+            key: self._symbol_counts(sp.models, block_records, first)
+            for key, sp in self._spaces.items()
+        }
+        skip = self._finished_families()
+        blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        try:  # every symbol space's hypotheses first: a Stop leaves no state half-updated
+            for mu in self._active_models():
+                key = _space_key(mu.model)
+                if key not in blocks:  # one hypothesis block per symbol space, shared
+                    blocks[key] = self._hypothesis_block(
+                        key, block_records, counts[key], first, skip
+                    )
         except BlockCancelled:
             return False
         if self._cancel:
             return False
-        mask = (
-            torch.arange(H.shape[1], device=self.device)[None, :]
-            < torch.as_tensor(n_sym, device=self.device)[:, None]
-        )
         for mu in self._active_models():
+            H, mask = blocks[_space_key(mu.model)]
             parts = extractors[mu.model.name](block_records, mask, first)
             U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
             for s in self._states_of(mu):
@@ -269,14 +266,31 @@ class Inspection:
             yield block, first
             first += len(block)
 
-    def _symbol_counts(self, records: list[Any], first: int) -> list[int]:
-        counts = [self.models[0].symbols(r) for r in records]
-        for m in self.models[1:]:
+    def _hypothesis_block(
+        self, key: str, records: list[Any], n_sym: list[int], first: int, skip: set[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hypotheses ``(R, T, n_hyps)`` of one symbol space and its ``(R, T)`` mask."""
+        space = self._spaces[key]
+        H = torch.from_numpy(
+            hypothesis_block(
+                space.families, records, n_sym, first, self.cache, space.fingerprints, skip,
+                cancelled=lambda: self._cancel,
+            )
+        ).to(self.device)
+        mask = (
+            torch.arange(H.shape[1], device=self.device)[None, :]
+            < torch.as_tensor(n_sym, device=self.device)[:, None]
+        )
+        return H, mask
+
+    def _symbol_counts(self, models: list[Any], records: list[Any], first: int) -> list[int]:
+        counts = [models[0].symbols(r) for r in records]
+        for m in models[1:]:
             other = [m.symbols(r) for r in records]
             if other != counts:
                 i = next(i for i, (a, b) in enumerate(zip(counts, other, strict=True)) if a != b)
                 raise DNIError(
-                    f"models {self.models[0].name!r} and {m.name!r} count different symbols for "
+                    f"models {models[0].name!r} and {m.name!r} count different symbols for "
                     f"record {first + i} ({counts[i]} vs {other[i]}); give them the same symbols=."
                 )
         if min(counts) < 1:
@@ -289,7 +303,7 @@ class Inspection:
         nh = len(self.info)
         for model in self.models:
             with on_device(model, self.device):
-                mu = resolve_units(model, self.units, sample, self.device)
+                mu = resolve_units(model, units_of(self.units, model), sample, self.device)
             for meas in self.measures:
                 if meas.joint:
                     sets = [(g.name, g.cols) for g in mu.groups]
@@ -376,6 +390,32 @@ class Inspection:
                 current = s.measure.peek(s.accumulator, confidence)
             parts.append(s.rows(current, self.hids, self.progress.records_read, complete))
         return pl.concat(parts, how="vertical")
+
+
+@dataclass
+class _Space:
+    """Models that read the same symbols, and the hypothesis families as they read them."""
+
+    models: list[Any]
+    families: list[Any]
+    fingerprints: list[str | None] | None
+
+
+def _space_key(model: Any) -> str:
+    # a model whose symbols are not the records' own (tokens) names its space and aligns
+    return getattr(model, "symbol_space", "records")
+
+
+def _symbol_spaces(models: list[Any], families: list[Any], cached: bool) -> dict[str, _Space]:
+    spaces: dict[str, _Space] = {}
+    for m in models:
+        key = _space_key(m)
+        if key not in spaces:
+            fams = for_model(families, m)
+            fps = [f.fingerprint() for f in fams] if cached else None
+            spaces[key] = _Space([], fams, fps)
+        spaces[key].models.append(m)
+    return spaces
 
 
 def _length(data: Any, max_records: int | None) -> int | None:

@@ -62,6 +62,7 @@ def on_device(model: Model, device: torch.device):
     target = torch.device(device)
     on_accelerator = home.type == target.type and home.type not in ("cpu", "meta")
     placed = getattr(mod, "hf_device_map", None) is not None or on_accelerator
+    placed = placed or not getattr(model, "movable", True)  # it sends inputs to its own device
     move = not placed and any(t.device != target for t in tensors)
     if move:
         mod.to(device)
@@ -135,7 +136,7 @@ class Extractor:
                 if idx is not None:
                     act = act[..., idx]
                 if grad:
-                    act = _gradient(act, leaf, mask, records)
+                    act = _gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
                     act = _apply(self.behavior, act, records, addr)
                 out[addr] = _check_finite(act.detach().float(), self.model, addr, mask, first)
@@ -274,9 +275,13 @@ def _input_leaf(model: Model, batch: Any, stack: contextlib.ExitStack) -> tuple[
     )
 
 
-def _gradient(act: torch.Tensor, leaf: list, mask: torch.Tensor, records: list) -> torch.Tensor:
+def _gradient(
+    act: torch.Tensor, leaf: list, mask: torch.Tensor, records: list, model: Model | None = None
+) -> torch.Tensor:
     """Per unit u and symbol t: size of ∂(Σ_t' a_u(t')) / ∂x_t, the input at symbol t."""
     x = leaf[0]
+    # a model whose symbols are not its positions (padding side, special tokens) maps them
+    gather = getattr(model, "gather_symbols", None)
     m = mask[..., None].to(act.dtype)
     cols = []
     for u in range(act.shape[-1]):
@@ -284,7 +289,7 @@ def _gradient(act: torch.Tensor, leaf: list, mask: torch.Tensor, records: list) 
         if g.dim() == 4:  # image input (R, C, H, W): sum over channels per pixel
             g = g.abs().sum(1).flatten(1)
         else:  # embedded tokens (R, T, E): L2 norm over the embedding
-            g = g.norm(dim=-1)
+            g = (gather(g) if gather is not None else g).norm(dim=-1)
         cols.append(g[:, : mask.shape[1]])
     return torch.stack(cols, dim=-1) if cols else act.detach()
 

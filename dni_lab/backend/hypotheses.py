@@ -244,6 +244,13 @@ def as_family(obj: Any) -> HypothesisFamily:
     )
 
 
+def for_model(families: list[HypothesisFamily], model: Any) -> list[HypothesisFamily]:
+    """The families as ``model`` reads them: aligned to its symbols if they are not the
+    records' own (a transformer's tokens, see :meth:`dni_lab.backend.hf.HFModel.align`)."""
+    align = getattr(model, "align", None)
+    return align(families) if align is not None else families
+
+
 def evaluate_family(
     family: HypothesisFamily, record: Any, n_symbols: int, record_index: int
 ) -> np.ndarray:

@@ -10,6 +10,7 @@ layer). Hooks live only inside :meth:`Model.capture` and are always removed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -87,6 +88,23 @@ class Model:
         self.resize = resize
         self.meta = dict(meta or {})
         self._widths: dict[str, int] = {}  # filled once by layer_widths' probe pass
+
+    @classmethod
+    def from_hf(cls, module: nn.Module, tokenizer: Any, **kwargs: Any) -> Model:
+        """A Hugging Face model and its fast tokenizer; tokens are the symbols.
+
+        See :class:`dni_lab.backend.hf.HFModel` for the keyword arguments (``name``,
+        ``pool``, ``max_length``, ``meta``). Needs ``pip install dni_lab[hf]``.
+        """
+        from .hf import HFModel
+
+        return HFModel(module, tokenizer, **kwargs)
+
+    def with_module(self, module: nn.Module) -> Model:
+        """This model (same name, encode, symbols, kind) around another module, e.g. a copy."""
+        clone = copy.copy(self)
+        clone.module = module
+        return clone
 
     # -- addressing -------------------------------------------------------------
     @property

@@ -116,8 +116,21 @@ def as_measures(measures: Any) -> list[Measure]:
     return out
 
 
-def normalize_units(units: Any) -> list[list[tuple[Any, Any]]]:
-    """``[(layer, sel), ...]`` → one group per entry; an entry may be a list of pairs."""
+def normalize_units(units: Any, models: Sequence[Model] = ()) -> Any:
+    """``[(layer, sel), ...]`` → one group per entry; an entry may be a list of pairs.
+
+    A mapping ``{model name: units}`` gives each model its own units (architectures
+    with different layer names in one call); a model it leaves out gets the defaults.
+    """
+    if isinstance(units, Mapping):
+        known = [m.name for m in models]
+        unknown = [k for k in units if k not in known]
+        if unknown:
+            raise LayerError(
+                f"units name models {unknown} that are not in this inspection; "
+                f"its models are {known}.{did_you_mean(str(unknown[0]), known)}"
+            )
+        return {name: normalize_units(spec) for name, spec in units.items()}
     if units is None:
         return []
     if isinstance(units, tuple) and len(units) == 2 and not isinstance(units[0], (tuple, list)):
@@ -138,6 +151,11 @@ def normalize_units(units: Any) -> list[list[tuple[Any, Any]]]:
                 "(layer, [indices]) or a list of such pairs for a multi-layer group."
             )
     return groups
+
+
+def units_of(units: Any, model: Model) -> list[list[tuple[Any, Any]]]:
+    """The unit groups of ``model`` from :func:`normalize_units`' result."""
+    return units.get(model.name, []) if isinstance(units, Mapping) else units
 
 
 def resolve_units(

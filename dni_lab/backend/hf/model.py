@@ -1,0 +1,280 @@
+"""Hugging Face models as :class:`~dni_lab.backend.models.Model`: tokens are the symbols.
+
+``HFModel(module, tokenizer)`` tokenizes records itself and reads every hidden
+state through the attention mask: symbol ``t`` of a record is its ``t``-th
+non-special, non-padding token, whatever the padding side, so left- and
+right-padded batches give the same behaviors. Special tokens (``[CLS]``,
+``[SEP]``, BOS) still run through the model but are not symbols. Each symbol
+carries the character span it came from (:meth:`HFModel.offsets`), which is
+how character- and word-level hypotheses reach tokens (:mod:`.align`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import LayerError, did_you_mean
+from ..models import Model, to_device
+from . import names
+from .align import DEFAULT_POOL, POOLS
+
+_INDEX = "__dni_symbol_index__"  # an extra batch key, removed before the module sees it
+_MEMO = 65536
+
+
+class HFModel(Model):
+    """A Hugging Face transformer and its (fast) tokenizer, ready for inspection.
+
+    Parameters
+    ----------
+    module : nn.Module
+        A ``transformers`` model (GPT-2, BERT, LLaMA, ...), trained or not; it is
+        never moved if it is placed (``device_map``) or already on an accelerator.
+    tokenizer : PreTrainedTokenizerFast
+        Its tokenizer; must be a *fast* tokenizer (character offsets). Its
+        ``padding_side`` is respected.
+    name : str, optional
+        The model id in score frames.
+    pool : dict, optional
+        How a character- or word-level hypothesis becomes one value per token, per
+        kind: ``{"binary": "any", "continuous": "mean", "categorical": "first"}`` by
+        default; each value one of ``"first"``, ``"last"``, ``"mean"``, ``"any"``.
+    max_length : int, optional
+        Longest tokenized record accepted; defaults to the model's positions.
+    meta : mapping, optional
+        Catalog metadata.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        tokenizer: Any,
+        name: str | None = None,
+        pool: Mapping[str, str] | None = None,
+        max_length: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not getattr(tokenizer, "is_fast", False):
+            raise TypeError(
+                f"HFModel needs a fast tokenizer (character offsets); got "
+                f"{type(tokenizer).__name__}. Load it with AutoTokenizer(..., use_fast=True)."
+            )
+        if tokenizer.pad_token is None:
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} has no pad token, so batches cannot be "
+                "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
+            )
+        self.tokenizer = tokenizer
+        self.pool = {**DEFAULT_POOL, **dict(pool or {})}
+        bad = {k: v for k, v in self.pool.items() if v not in POOLS}
+        if bad:
+            raise ValueError(f"unknown pooling {bad}; use one of {POOLS} per hypothesis kind.")
+        config = getattr(module, "config", None)
+        self.max_length = max_length or getattr(config, "max_position_embeddings", None)
+        arch = getattr(config, "model_type", type(module).__name__)
+        super().__init__(module, encode=self._encode, name=name, symbols=self._count, meta=meta)
+        self.meta.setdefault("architecture", arch)
+        self._blocks, self._n_blocks = names.find_blocks(module)
+        self._tokenizer_hash = tokenizer_hash(tokenizer)
+        self._positions = _positions_from_arange(module)
+        self._memo: dict[str, list[tuple[int, int]]] = {}
+        self._index: torch.Tensor | None = None
+        self._n_tokens: int | None = None
+
+    # -- symbols --------------------------------------------------------------
+    def offsets(self, record: str) -> list[tuple[int, int]]:
+        """Character span ``(start, end)`` of each symbol (token) of ``record``."""
+        spans = self._memo.get(record)
+        if spans is None:
+            if not isinstance(record, str):
+                raise TypeError(
+                    f"model {self.name!r} reads text records; got {type(record).__name__}."
+                )
+            enc = self.tokenizer(
+                record, return_offsets_mapping=True, return_special_tokens_mask=True
+            )
+            n = len(enc["input_ids"])
+            if self.max_length is not None and n > self.max_length:
+                raise ValueError(
+                    f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
+                    f"({self.max_length}): {record[:40]!r}...; shorten the records."
+                )
+            special = enc["special_tokens_mask"]
+            spans = [tuple(o) for o, s in zip(enc["offset_mapping"], special, strict=True) if not s]
+            if len(self._memo) >= _MEMO:
+                self._memo.clear()
+            self._memo[record] = spans
+        return spans
+
+    def _count(self, record: str) -> int:
+        return len(self.offsets(record))
+
+    @property
+    def symbol_space(self) -> str:
+        """Models with equal spaces see the same symbols: one hypothesis block serves them."""
+        return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}"
+
+    def align(self, families: list) -> list:
+        """The hypothesis families as they read this model's tokens."""
+        from .align import AlignedFamily
+
+        return [AlignedFamily(f, self) for f in families]
+
+    # -- running --------------------------------------------------------------
+    def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
+        for r in records:  # validates types and lengths, fills the offsets memo
+            self.offsets(r)
+        enc = self.tokenizer(
+            list(records), padding=True, return_tensors="pt", return_special_tokens_mask=True
+        )
+        keep = enc["attention_mask"].bool() & ~enc.pop("special_tokens_mask").bool()
+        n = keep.sum(1)
+        T = int(n.max()) if len(n) else 0
+        # positions of the real tokens, in order; a shorter record's tail slots point at
+        # its padding or special tokens, which the symbol mask hides
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :T]
+        batch = dict(enc)
+        if self._positions and self.tokenizer.padding_side == "left":
+            # left padding shifts tokens right; positions must count real tokens only,
+            # or a left-padded record reads other position embeddings than a right-padded one
+            batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
+        batch[_INDEX] = order
+        return batch
+
+    def forward(self, batch: Any) -> Any:
+        """Run the module on an encoded batch; remembers where each symbol sits."""
+        batch = dict(batch)
+        self._index = batch.pop(_INDEX, None)
+        self._n_tokens = batch["input_ids"].shape[1] if "input_ids" in batch else None
+        return self.module(**to_device(batch, _input_device(self.module)))
+
+    @property
+    def movable(self) -> bool:
+        """False on an accelerator: inputs go to the model, behaviors come back, weights stay."""
+        return _input_device(self.module).type in ("cpu", "meta")
+
+    def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
+        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device."""
+        idx = self._index
+        if idx is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
+            return t  # not one row per token (a pooled or per-head map): left as it is
+        if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
+            t = t.expand(idx.shape[0], -1, -1)
+        out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
+        return out.to(idx.device)
+
+    @property
+    def addresses(self) -> list[str]:
+        """Module addresses plus each block's per-head outputs (``{block}.attn.hook_z``)."""
+        heads = [f"{b}.{names.HEADS}" for b in self.positional_layers()]
+        return super().addresses + heads
+
+    def positional_layers(self) -> list[str]:
+        """The blocks: position ``i`` is block ``i``, and the default units."""
+        return [f"{self._blocks}.{i}" for i in range(self._n_blocks)]
+
+    def resolve_layer(self, layer: str | int) -> str:
+        """An address, a block position, a TransformerLens hook or an nnsight path."""
+        if isinstance(layer, str) and layer not in self.addresses:
+            mapped = names.translate(layer, self._blocks, self._n_blocks, self.module)
+            if mapped is not None and mapped not in self.addresses:
+                raise LayerError(
+                    f"{layer!r} maps to {mapped!r}, which model {self.name!r} does not have."
+                    f"{did_you_mean(mapped, self.addresses)}"
+                )
+            layer = mapped or layer
+        return super().resolve_layer(layer)
+
+    def _module(self, name: str) -> nn.Module:
+        if name.endswith(names.HEADS):
+            block = name[: -len(names.HEADS) - 1]
+            return self.module.get_submodule(names.role(self.module, block, "out_proj"))
+        return super()._module(name)
+
+    def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        widths = super()._probe_widths(sample, device)
+        hidden = getattr(self.module.config, "hidden_size", None)
+        for b in self.positional_layers():
+            widths[f"{b}.{names.HEADS}"] = int(hidden)
+        return widths
+
+    @contextlib.contextmanager
+    def capture(self, addresses: Sequence[str]) -> Iterator[dict[str, Any]]:
+        """Hooks as in :class:`Model`; captured outputs come back in symbol order."""
+        heads = [a for a in addresses if a.endswith(names.HEADS)]
+        plain = [a for a in addresses if a not in heads]
+        store = _SymbolStore(self)
+        with super().capture(plain) as raw, contextlib.ExitStack() as stack:
+            for addr in heads:
+                hook = self._module(addr).register_forward_pre_hook(_keep_input(store, addr))
+                stack.callback(hook.remove)
+            store.raw = raw
+            yield store
+
+
+def tokenizer_hash(tokenizer: Any) -> str:
+    """A stable hash of a fast tokenizer's definition (vocabulary, merges, rules)."""
+    # the Rust side serializes its vocabulary in hash order: sort before hashing
+    spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+class _SymbolStore(dict):
+    """Reads hooked outputs back as ``(R, T_symbols, D)``, gathered through the mask."""
+
+    def __init__(self, model: HFModel) -> None:
+        super().__init__()
+        self.model = model
+        self.raw: dict[str, Any] = {}
+
+    def _gathered(self, addr: str) -> Any:
+        t = dict.get(self, addr, self.raw.get(addr))
+        return self.model.gather_symbols(t) if isinstance(t, torch.Tensor) else t
+
+    def get(self, addr: str, default: Any = None) -> Any:
+        return self._gathered(addr) if addr in self else default
+
+    def __getitem__(self, addr: str) -> Any:
+        if addr not in self:
+            raise KeyError(addr)
+        return self._gathered(addr)
+
+    def __contains__(self, addr: object) -> bool:
+        return dict.__contains__(self, addr) or addr in self.raw
+
+
+def _keep_input(store: dict, addr: str):
+    def hook(_mod, args):
+        dict.__setitem__(store, addr, args[0])
+
+    return hook
+
+
+def _positions_from_arange(module: nn.Module) -> bool:
+    """Whether the model numbers positions 0..T-1 whatever the mask (GPT-2, BERT, ...).
+
+    Those need ``position_ids`` under left padding. RoBERTa-style embeddings (a
+    position table with a ``padding_idx``) derive positions from the padding
+    themselves, offset by it; passing ours would shift them.
+    """
+    if "position_ids" not in inspect.signature(module.forward).parameters:
+        return False
+    return not any(
+        isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
+        for name, m in module.named_modules()
+    )
+
+
+def _input_device(module: nn.Module) -> torch.device:
+    emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+    for p in (emb or module).parameters():
+        return p.device
+    return torch.device("cpu")

@@ -1,0 +1,131 @@
+"""Where things live inside a Hugging Face transformer, and foreign hook names.
+
+A transformer's blocks are the ``nn.ModuleList`` with ``config.num_hidden_layers``
+entries; inside a block, each *role* (attention output, MLP neurons, ...) is
+the first candidate path that exists, which covers GPT-2, BERT/RoBERTa,
+LLaMA/Mistral-style and OPT/GPT-NeoX-style layouts. TransformerLens hook names
+(``blocks.0.hook_resid_post``) and nnsight module paths
+(``model.transformer.h[0].mlp.output``) are translated to our addresses.
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import nn
+
+from ..errors import LayerError
+
+#: Role -> candidate paths inside one block, the first that exists wins.
+ROLES: dict[str, tuple[str, ...]] = {
+    # the attention's contribution to the residual stream, before any residual add
+    "attn_out": ("attention.output.dense", "attn", "self_attn", "attention"),
+    # the module whose *input* is the heads' concatenated outputs (hook_z)
+    "out_proj": (
+        "attention.output.dense",
+        "attn.c_proj",
+        "self_attn.o_proj",
+        "self_attn.out_proj",
+        "attention.dense",
+        "attn.out_proj",
+    ),
+    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h"),
+    "mlp_post": ("intermediate.intermediate_act_fn", "mlp.act", "mlp.act_fn", "activation_fn"),
+}
+
+#: Per-head outputs: a virtual address under the block, ``{block}.attn.hook_z``.
+HEADS = "attn.hook_z"
+
+_TL_BLOCK = {
+    "hook_resid_post": "",
+    "hook_attn_out": "attn_out",
+    "hook_mlp_out": "mlp_out",
+    "mlp.hook_post": "mlp_post",
+    "attn.hook_z": "heads",
+    "hook_resid_pre": "",
+}
+_TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>hook_\w+|mlp\.hook_\w+|attn\.hook_\w+)$")
+
+
+def find_blocks(module: nn.Module) -> tuple[str, int]:
+    """Address of the block list and the number of blocks."""
+    config = getattr(module, "config", None)
+    n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    lists = [
+        (name, len(m))
+        for name, m in module.named_modules()
+        if isinstance(m, nn.ModuleList) and len(m) and (n is None or len(m) == n)
+    ]
+    if not lists:
+        raise LayerError(
+            f"{type(module).__name__} has no list of {n} transformer blocks; pass "
+            "units=[(address, '*')] with addresses from model.addresses."
+        )
+    # the outermost list (the decoder/encoder stack, not a list inside one block)
+    return min(lists, key=lambda x: x[0].count("."))
+
+
+def role(module: nn.Module, block: str, name: str) -> str:
+    """Address of role ``name`` inside ``block`` (e.g. ``transformer.h.0``)."""
+    for cand in ROLES[name]:
+        try:
+            module.get_submodule(f"{block}.{cand}")
+        except AttributeError:
+            continue
+        return f"{block}.{cand}"
+    raise LayerError(
+        f"block {block!r} of {type(module).__name__} has no {name} module among "
+        f"{ROLES[name]}; address the module by its path instead."
+    )
+
+
+def embeddings(module: nn.Module, blocks: str) -> str:
+    """Address of the module whose output enters block 0 (the embedding sum)."""
+    parts = blocks.split(".")
+    for depth in range(len(parts) - 1, -1, -1):
+        stem = ".".join(parts[:depth])
+        for leaf in ("drop", "embeddings", "embed_tokens", "embed_in", "emb"):
+            path = f"{stem}.{leaf}" if stem else leaf
+            try:
+                module.get_submodule(path)
+            except AttributeError:
+                continue
+            return path
+    raise LayerError(
+        f"cannot find the embedding module of {type(module).__name__} for "
+        "'blocks.0.hook_resid_pre'; address it by its module path."
+    )
+
+
+def translate(address: str, blocks: str, n_blocks: int, module: nn.Module) -> str | None:
+    """Our address for a TransformerLens or nnsight name; None if it is neither."""
+    m = _TL.match(address)
+    if m:
+        i, hook = int(m.group("i")), m.group("hook")
+        if hook not in _TL_BLOCK:
+            raise LayerError(
+                f"TransformerLens hook {address!r} is not supported; supported per block: "
+                f"{', '.join(sorted(_TL_BLOCK))}, plus 'blocks.N.hook_resid_pre'."
+            )
+        if i >= n_blocks:
+            raise LayerError(f"{address!r}: the model has {n_blocks} blocks (0..{n_blocks - 1}).")
+        if hook == "hook_resid_pre":
+            return f"{blocks}.{i - 1}" if i else embeddings(module, blocks)
+        block = f"{blocks}.{i}"
+        what = _TL_BLOCK[hook]
+        if not what:
+            return block
+        if what == "heads":
+            return f"{block}.{HEADS}"
+        return role(module, block, what)
+    if address.startswith("model.") or "[" in address or address.endswith(".output"):
+        # nnsight: model.transformer.h[0].mlp.output -> transformer.h.0.mlp
+        path = re.sub(r"\[(\d+)\]", r".\1", address)
+        path = path.removeprefix("model.")
+        if path.endswith(".input") or path.endswith(".inputs"):
+            raise LayerError(
+                f"{address!r} names a module's input; dni_lab reads outputs. Name the "
+                "module before it, or use '<block>.attn.hook_z' for attention heads."
+            )
+        return path.removesuffix(".output")
+    return None
