@@ -155,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     sk = sklearn_probe_f1(X, Y[:, [col_of[j] for j in pick]], fold, C=measure.C, solver="liblinear")
     res["sklearn"] = _baseline(sk, pick, f1, len(order))
     try:
+        if args.neurox_hyps < 1:
+            raise ImportError("--neurox-hyps 0")
         pick = spread(args.neurox_hyps)
         nx = neurox_f1(X, Y[:, [col_of[j] for j in pick]], fold, measure.C)
         res["neurox"] = _baseline(nx, pick, f1, len(order))
     except ImportError as exc:
-        res["neurox"] = {"skipped": f"NeuroX not installed ({exc})"}
+        res["neurox"] = {"skipped": f"NeuroX not run ({exc})"}
 
     lr, co = res["logreg_measure_s"], res["corr_measure_s"]
     print(f"symbols {res['symbols']:,}; logreg trained on a {res['training_rows']:,}-row sample")
