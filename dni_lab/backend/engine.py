@@ -188,6 +188,8 @@ class Inspection:
         extractors: dict[str, Extractor] = {}
         for block_records, first in self._blocks():
             if not self.states:
+                for sp in self._spaces.values():  # a bad record is named before a model sees it
+                    self._symbol_counts(sp.models, block_records, first)
                 self._prepare(block_records)
                 extractors = self._extractors()
             if not self._read(block_records, first, extractors):

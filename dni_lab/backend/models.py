@@ -41,6 +41,11 @@ def default_symbols(record: Any) -> int:
         ) from None
 
 
+# Adapters for other libraries' models register their constructor here when their
+# package is imported (``dni_lab`` imports them): ``Model.from_hf`` importing its own
+# subclass would make models and the adapter import each other.
+ADAPTERS: dict[str, Callable[..., Model]] = {}
+
 class Model:
     """A PyTorch module prepared for inspection.
 
@@ -96,9 +101,12 @@ class Model:
         See :class:`dni_lab.backend.hf.HFModel` for the keyword arguments (``name``,
         ``pool``, ``max_length``, ``meta``). Needs ``pip install dni_lab[hf]``.
         """
-        from .hf import HFModel
-
-        return HFModel(module, tokenizer, **kwargs)
+        if "hf" not in ADAPTERS:
+            raise DNIError(
+                "Model.from_hf needs dni_lab.backend.hf: `import dni_lab` loads it "
+                "(with `pip install dni_lab[hf]` for transformers)."
+            )
+        return ADAPTERS["hf"](module, tokenizer, **kwargs)
 
     def with_module(self, module: nn.Module) -> Model:
         """This model (same name, encode, symbols, kind) around another module, e.g. a copy."""

@@ -1,6 +1,9 @@
 """Hugging Face transformers as inspectable models (``dni_lab[hf]``)."""
 
+from ..models import ADAPTERS
 from .align import AlignedFamily, pool_spans
 from .model import HFModel, tokenizer_hash
+
+ADAPTERS["hf"] = HFModel  # Model.from_hf
 
 __all__ = ["AlignedFamily", "HFModel", "pool_spans", "tokenizer_hash"]
