@@ -166,10 +166,13 @@ class Corr(Measure):
         Hd = torch.cat([(H.to(U.dtype) - sh.to(U.dtype)) * m, m], dim=2)
         Ug, Hg = _grouped(Ud, self.group_records), _grouped(Hd, self.group_records)
         S = torch.bmm(Ug.transpose(1, 2), Hg).to(_F64)  # (G, U, H+1): the one product
-        s_h_all = Hg.sum(1, dtype=_F64)
+        # Group sums stay float32 (torch reduces pairwise, so a group of a few thousand
+        # centered values loses nothing measurable); float64 sums of the whole block
+        # cost more than the product itself.
+        s_h_all = Hg.sum(1).to(_F64)
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
-        q_u = Ug.square().sum(1, dtype=_F64)
-        q_h = Hg[:, :, :-1].square().sum(1, dtype=_F64)
+        q_u = torch.linalg.vector_norm(Ug, dim=1).to(_F64).square()
+        q_h = torch.linalg.vector_norm(Hg[:, :, :-1], dim=1).to(_F64).square()
         keep = cnt > 0
         cnt, s_u, s_h, q_u, q_h, S = cnt[keep], s_u[keep], s_h[keep], q_u[keep], q_h[keep], S[keep]
         c = cnt.clamp_min(1.0)[:, None]
