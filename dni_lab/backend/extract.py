@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .behavior_memo import model_state
+from .cache import block_key
 from .errors import BehaviorError, DNIError, LayerError
 from .models import Model, to_device
 
@@ -106,6 +108,10 @@ class Extractor:
         self.behavior = behavior
         self.device = device
         self._replicas: dict[tuple[int, int], nn.Module] = {}
+        self._units_key = tuple(
+            (a, None if i is None else tuple(np.asarray(i).ravel().tolist()))
+            for a, i in layer_units.items()
+        )
         if not (behavior in ("activation", "gradient") or callable(behavior)):
             raise BehaviorError(
                 f"unknown behavior {behavior!r}; use 'activation', 'gradient' or a function "
@@ -120,6 +126,26 @@ class Extractor:
         ``first`` is the position of ``records[0]`` in the data, so that errors name
         the record a user can find.
         """
+        key = self._memo_key(records)
+        if key is not None:
+            hit = self.model.behavior_memo.get(key)
+            if hit is not None:
+                return hit
+        out = self._extract(records, mask, first)
+        if key is not None:
+            self.model.behavior_memo.put(key, out)
+        return out
+
+    def _memo_key(self, records: list[Any]) -> tuple | None:
+        memo = getattr(self.model, "behavior_memo", None)
+        if memo is None or not memo.max_bytes or not isinstance(self.behavior, str):
+            return None  # a behavior function may depend on anything: always recompute
+        state = model_state(self.model.module)
+        return (state, self._units_key, self.behavior, str(self.device), block_key(records))
+
+    def _extract(
+        self, records: list[Any], mask: torch.Tensor, first: int
+    ) -> dict[str, torch.Tensor]:
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
         with ctx:

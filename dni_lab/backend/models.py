@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .behavior_memo import BehaviorMemo
 from .errors import DNIError, LayerError, did_you_mean
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -45,6 +46,7 @@ def default_symbols(record: Any) -> int:
 # package is imported (``dni_lab`` imports them): ``Model.from_hf`` importing its own
 # subclass would make models and the adapter import each other.
 ADAPTERS: dict[str, Callable[..., Model]] = {}
+
 
 class Model:
     """A PyTorch module prepared for inspection.
@@ -93,6 +95,7 @@ class Model:
         self.resize = resize
         self.meta = dict(meta or {})
         self._widths: dict[str, int] = {}  # filled once by layer_widths' probe pass
+        self.behavior_memo = BehaviorMemo()  # recent blocks' behaviors, for repeated queries
 
     @classmethod
     def from_hf(cls, module: nn.Module, tokenizer: Any, **kwargs: Any) -> Model:
@@ -112,6 +115,7 @@ class Model:
         """This model (same name, encode, symbols, kind) around another module, e.g. a copy."""
         clone = copy.copy(self)
         clone.module = module
+        clone.behavior_memo = BehaviorMemo(self.behavior_memo.max_bytes)
         return clone
 
     # -- addressing -------------------------------------------------------------

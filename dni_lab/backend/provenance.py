@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .._version import __version__
+from .behavior_memo import model_state
 
 _RECORDS: dict[int, dict[str, Any]] = {}
 
@@ -56,7 +57,29 @@ def versions() -> dict[str, str]:
 
 
 def weights_sha256(module: nn.Module) -> str:
-    """Hash of a module's parameters and buffers (names, shapes, dtypes and bytes)."""
+    """Hash of a module's parameters and buffers (names, shapes, dtypes and bytes).
+
+    Remembered per module until a weight changes (:func:`.behavior_memo.model_state`):
+    every call hashes the provenance of its models, and GPT-2's 500 MB took a second.
+    """
+    state = model_state(module)
+    try:
+        known = _SHA256.get(module)
+    except TypeError:  # a module class that defines __eq__ without __hash__
+        return _hash_weights(module)
+    if known is not None and known[0] == state:
+        return known[1]
+    digest = _hash_weights(module)
+    _SHA256[module] = (state, digest)
+    return digest
+
+
+_SHA256: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _hash_weights(module: nn.Module) -> str:
     h = hashlib.sha256()
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
