@@ -174,26 +174,27 @@ class Corr(Measure):
         q_u = torch.linalg.vector_norm(Ug, dim=1).to(_F64).square()
         q_h = torch.linalg.vector_norm(Hg[:, :, :-1], dim=1).to(_F64).square()
         keep = cnt > 0
-        cnt, s_u, s_h, q_u, q_h, S = cnt[keep], s_u[keep], s_h[keep], q_u[keep], q_h[keep], S[keep]
+        if not bool(keep.all()):
+            cnt, s_u, s_h, q_u, q_h, S = (x[keep] for x in (cnt, s_u, s_h, q_u, q_h, S))
         c = cnt.clamp_min(1.0)[:, None]
+        block = _sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S)  # reads S before it turns
+        # The groups' co-moments, in place: S - s_u (s_h / n)ᵀ (one pass, no temporaries).
+        c_uh = S.baddbmm_(s_u[:, :, None], (-s_h / c)[:, None, :])
         groups = Moments(
             n=cnt,
             mean_u=su + s_u / c,
             mean_h=sh + s_h / c,
             m2_u=q_u - s_u * s_u / c,
             m2_h=q_h - s_h * s_h / c,
-            c_uh=S - s_u[:, :, None] * (s_h / c)[:, None, :],
+            c_uh=c_uh,
         )
-        block = _sum_groups(groups, su, sh, s_u, s_h, q_u, q_h, S)
         state.total = state.total.combine(block)
         G = int(cnt.shape[0])
         slots = (state.n_groups + torch.arange(G)) % self.buckets
         # Fewer groups per block than buckets (the usual case): one vectorized union.
         for start in range(0, G, self.buckets):
-            sel = slots[start : start + self.buckets]
             part = _index(groups, slice(start, start + self.buckets))
-            merged = _index(state.buckets, sel).combine(part)
-            _assign(state.buckets, sel, merged)
+            _fold(state.buckets, slots[start : start + self.buckets], part)
         state.n_groups += G
         state.n_records += int(U.shape[0])
         return state
@@ -241,9 +242,9 @@ class Corr(Measure):
         return err
 
 
-def _sum_groups(groups: Moments, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
+def _sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
     """The block's moments straight from the shifted sums (cheaper than G unions)."""
-    n = groups.n.sum()
+    n = cnt.sum()
     su_t, sh_t = s_u.sum(0), s_h.sum(0)
     safe = n.clamp_min(1.0)
     return Moments(
@@ -256,10 +257,32 @@ def _sum_groups(groups: Moments, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
     )
 
 
+def _fold(b: Moments, slots: torch.Tensor, part: Moments) -> None:
+    """Chan's union of ``part`` into buckets ``slots`` of ``b``, in place.
+
+    The (k, U, H) co-moments are the only large tensors: they are updated in place
+    (on a view when the slots are consecutive, the usual case), the outer product
+    fused into one ``baddbmm``, instead of building four temporaries of that size.
+    """
+    lo, k = int(slots[0]), len(slots)
+    run = bool((slots == torch.arange(lo, lo + k)).all())
+    idx: slice | torch.Tensor = slice(lo, lo + k) if run else slots
+    n_a = b.n[idx]
+    n = n_a + part.n
+    safe = n.clamp_min(1.0)
+    w = (part.n / safe)[:, None]
+    f = (n_a * part.n / safe)[:, None]
+    du, dh = part.mean_u - b.mean_u[idx], part.mean_h - b.mean_h[idx]
+    c = b.c_uh[idx]  # a view for a run of slots, else a copy written back below
+    c.add_(part.c_uh).baddbmm_((du * f)[:, :, None], dh[:, None, :])
+    if not run:
+        b.c_uh[idx] = c
+    b.m2_u[idx] = b.m2_u[idx] + part.m2_u + du * du * f
+    b.m2_h[idx] = b.m2_h[idx] + part.m2_h + dh * dh * f
+    b.mean_u[idx] = b.mean_u[idx] + du * w
+    b.mean_h[idx] = b.mean_h[idx] + dh * w
+    b.n[idx] = n
+
+
 def _index(m: Moments, idx) -> Moments:
     return Moments(m.n[idx], m.mean_u[idx], m.mean_h[idx], m.m2_u[idx], m.m2_h[idx], m.c_uh[idx])
-
-
-def _assign(m: Moments, idx: torch.Tensor, v: Moments) -> None:
-    for name in ("n", "mean_u", "mean_h", "m2_u", "m2_h", "c_uh"):
-        getattr(m, name)[idx] = getattr(v, name)
