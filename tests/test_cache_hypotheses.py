@@ -88,6 +88,28 @@ def test_block_key_sees_content_and_window_source():
     assert block_key([img]) != block_key([img.T.copy()])
 
 
+def test_block_key_hashes_a_shared_source_once_and_still_tells_sources_apart():
+    class Window(str):
+        pass
+
+    def windows(source: str, ids: range) -> list:
+        out = []
+        for i in ids:
+            w = Window(source[i : i + 3])
+            w.source, w.start = source, i
+            out.append(w)
+        return out
+
+    q1, q2 = "SELECT a FROM t", "SELECT a FROM u"
+    assert block_key(windows(q1, range(4))) == block_key(windows(q1, range(4)))
+    # the same windows of another query: only the shared source differs
+    assert block_key(windows(q1, range(4))) != block_key(windows(q2, range(4)))
+    # the back-reference points at the right earlier string
+    mixed = windows(q1, range(2)) + windows(q2, range(2))
+    swapped = windows(q1, range(2)) + windows(q1, range(2))
+    assert block_key(mixed) != block_key(swapped)
+
+
 def test_memory_lru_is_bounded_in_bytes(tmp_path):
     c = HypothesisCache(directory=False, max_bytes=10_000)
     for i in range(10):

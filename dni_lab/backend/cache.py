@@ -49,13 +49,14 @@ def default_cache_dir() -> Path:
 def block_key(records: Sequence[Any]) -> str:
     """Content hash of a block of records (strings, arrays, or objects with a stable repr)."""
     h = hashlib.sha256()
+    seen: dict[int, int] = {}
     for r in records:
         if isinstance(r, str):
             h.update(b"s%d:" % len(r))
             h.update(r.encode("utf-8", "surrogatepass"))
             extra = getattr(r, "__dict__", None)
             if extra:  # str subclasses such as windows carry their source
-                h.update(repr(sorted(extra.items())).encode())
+                h.update(_attributes(extra, seen))
         elif hasattr(r, "__array__") or hasattr(r, "shape"):
             a = np.ascontiguousarray(np.asarray(r))
             h.update(f"a{a.dtype}{a.shape}:".encode())
@@ -66,6 +67,28 @@ def block_key(records: Sequence[Any]) -> str:
         else:
             h.update(b"r:" + repr(r).encode())
     return h.hexdigest()[:32]
+
+
+def _attributes(extra: dict[str, Any], seen: dict[int, int]) -> bytes:
+    """A record's attributes as bytes; a string already hashed in this block (the
+    query that many windows share) enters as a back-reference, not again in full.
+
+    The reference names the earlier string's position in the stream, whose content
+    is already in the hash, so equal keys still mean equal content.
+    """
+    out = []
+    for k in sorted(extra):
+        v = extra[k]
+        if isinstance(v, str):
+            ref = seen.get(id(v))
+            if ref is None:
+                seen[id(v)] = len(seen)
+                out.append(f"{k}=s{len(v)}:{v}".encode("utf-8", "surrogatepass"))
+            else:
+                out.append(f"{k}=@{ref}".encode())
+        else:
+            out.append(f"{k}={v!r}".encode())
+    return b"\x00".join(out) + b"\x01"
 
 
 MEMORY_BYTES = 64 << 20

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from .cache import block_key
 from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
@@ -231,13 +232,14 @@ class Inspection:
             for key, sp in self._spaces.items()
         }
         skip = self._finished_families()
+        rkey = block_key(block_records)  # once: the hypothesis cache and the behavior memo
         blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         try:  # every symbol space's hypotheses first: a Stop leaves no state half-updated
             for mu in self._active_models():
                 key = _space_key(mu.model)
                 if key not in blocks:  # one hypothesis block per symbol space, shared
                     blocks[key] = self._hypothesis_block(
-                        key, block_records, counts[key], first, skip
+                        key, block_records, counts[key], first, skip, rkey
                     )
         except BlockCancelled:
             return False
@@ -245,7 +247,7 @@ class Inspection:
             return False
         for mu in self._active_models():
             H, mask = blocks[_space_key(mu.model)]
-            parts = extractors[mu.model.name](block_records, mask, first)
+            parts = extractors[mu.model.name](block_records, mask, first, rkey)
             U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
             for s in self._states_of(mu):
                 cols = s.columns
@@ -269,14 +271,20 @@ class Inspection:
             first += len(block)
 
     def _hypothesis_block(
-        self, key: str, records: list[Any], n_sym: list[int], first: int, skip: set[int]
+        self,
+        key: str,
+        records: list[Any],
+        n_sym: list[int],
+        first: int,
+        skip: set[int],
+        records_key: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Hypotheses ``(R, T, n_hyps)`` of one symbol space and its ``(R, T)`` mask."""
         space = self._spaces[key]
         H = torch.from_numpy(
             hypothesis_block(
                 space.families, records, n_sym, first, self.cache, space.fingerprints, skip,
-                cancelled=lambda: self._cancel,
+                cancelled=lambda: self._cancel, records_key=records_key,
             )
         ).to(self.device)
         mask = (

@@ -119,14 +119,19 @@ class Extractor:
             )
 
     def __call__(
-        self, records: list[Any], mask: torch.Tensor, first: int = 0
+        self,
+        records: list[Any],
+        mask: torch.Tensor,
+        first: int = 0,
+        records_key: str | None = None,
     ) -> dict[str, torch.Tensor]:
         """Behaviors of the planned units: ``{address: (R, T, n_selected)}`` float32.
 
         ``first`` is the position of ``records[0]`` in the data, so that errors name
-        the record a user can find.
+        the record a user can find; ``records_key`` is the block's
+        :func:`~.cache.block_key` when the caller has it.
         """
-        key = self._memo_key(records)
+        key = self._memo_key(records, records_key)
         if key is not None:
             hit = self.model.behavior_memo.get(key)
             if hit is not None:
@@ -136,12 +141,13 @@ class Extractor:
             self.model.behavior_memo.put(key, out)
         return out
 
-    def _memo_key(self, records: list[Any]) -> tuple | None:
+    def _memo_key(self, records: list[Any], records_key: str | None) -> tuple | None:
         memo = getattr(self.model, "behavior_memo", None)
         if memo is None or not memo.max_bytes or not isinstance(self.behavior, str):
             return None  # a behavior function may depend on anything: always recompute
         state = model_state(self.model.module)
-        return (state, self._units_key, self.behavior, str(self.device), block_key(records))
+        rkey = records_key or block_key(records)
+        return (state, self._units_key, self.behavior, str(self.device), rkey)
 
     def _extract(
         self, records: list[Any], mask: torch.Tensor, first: int

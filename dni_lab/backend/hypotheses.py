@@ -360,6 +360,7 @@ def hypothesis_block(
     fingerprints: list[str] | None = None,
     skip: set[int] | frozenset[int] = frozenset(),
     cancelled: Callable[[], bool] | None = None,
+    records_key: str | None = None,
 ) -> np.ndarray:
     """Hypothesis behaviors of a block: float32 ``(R, T, n_signals)``, zero-padded.
 
@@ -370,13 +371,14 @@ def hypothesis_block(
     None) by its fingerprint and the block's content hash; missing entries are
     computed record by record and validated. Families whose index is in ``skip``
     (every score of theirs has converged) are not evaluated: their columns stay 0.
+    ``records_key`` is the block's :func:`~.cache.block_key` when the caller has it.
     """
     from .cache import block_key
 
     R = len(records)
     T = max(n_symbols, default=0)
     offsets = np.concatenate([[0], np.cumsum(n_symbols)])
-    key = block_key(records) if cache is not None else ""
+    key = "" if cache is None else records_key or block_key(records)
     cols = []
     for j, fam in enumerate(families):
         n_sig = len(fam.signals())
