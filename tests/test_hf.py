@@ -373,3 +373,18 @@ def parens_depth():
     from hypotheses.workloads import parens
 
     return dl.hypothesis(parens.depth, name="depth", kind="continuous")
+
+
+def test_permutation_test_aligns_character_hypotheses_to_tokens(gpt2):
+    model = HFModel(*gpt2, name="gpt2")
+    data = corpus(40, seed=5)
+    units = [("transformer.h.1", list(range(8)))]
+    perm = dl.verify.permutation_test(model, [keyword], data, units=units, n_permutations=19)
+    scan = dl.inspect(model, [keyword], ["corr"], data, units=units, eps=None, cache=False)
+    np.testing.assert_allclose(
+        perm.sort("unit")["unit_score"].to_numpy(),
+        scan.sort("unit")["unit_score"].to_numpy(),
+        atol=1e-5,
+    )
+    assert perm["p_value"].is_between(0.05, 1.0).all()
+

@@ -28,7 +28,7 @@ import torch
 from ..errors import DNIError
 from ..extract import Extractor, on_device, resolve_device, symbol_mask
 from ..frames import score_rows
-from ..hypotheses import hypothesis_block
+from ..hypotheses import for_model, hypothesis_block
 from ..measures.corr import Corr
 from ..models import Model
 from ..resolve import as_families, normalize_units, resolve_units
@@ -230,7 +230,8 @@ def permutation_test(
     corr = Corr()
     with on_device(model, dev):
         mp = resolve_units(model, normalize_units(units), list(records[:2]), dev)
-        blocks = _blocks(model, mp, fams, records, dev, batch_size)
+        # a transformer reads tokens: character and word hypotheses are aligned to them
+        blocks = _blocks(model, mp, for_model(fams, model), records, dev, batch_size)
     movable = sum(b - a for *_, strata in blocks for a, b in strata if b - a > 1)
     if movable < 0.5 * len(records):
         warnings.warn(
