@@ -101,6 +101,11 @@ def test_swap_pool_reproduces_the_checks_silhouette_and_gives_power(quick):
     labels = np.tile([False, True], len(pool))
     ours = pp.set_silhouettes(pool.reshape(2 * len(pool), -1), labels, S)[0]
     assert ours == pytest.approx(v.summary["silhouette"], abs=1e-9)
+    # the paper's swaps: a parenthesis for the other one (baseline) or for a digit (treatment)
+    assert set(v.frame["original"]) == {"(", ")"}
+    assert set(v.frame.filter(kind="treatment")["replacement"]) <= set("01234")
+    with pytest.raises(ValueError, match="unknown swap rules"):
+        pp.swap_rules("paren")
 
     samples = pp.power_samples(pool, quick.units, [9, 19], [10, 40], repeats=5, seed=1)
     assert samples.height == 5 * 2 * 2

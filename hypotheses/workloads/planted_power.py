@@ -30,20 +30,43 @@ from hypotheses.grammars import parens as grammar
 
 from .planted import Planted, paren
 
+#: DeepBase §6.1's swaps at a parenthesis: the other parenthesis (baseline, "is a
+#: parenthesis" stays true) or a digit (treatment). The paper names '(' -> digit as the
+#: treatment; ')' -> digit is its mirror image, so that both parentheses are used.
+PAPER_SWAPS = {
+    "(": {"baseline": ")", "treatment": "01234"},
+    ")": {"baseline": "(", "treatment": "01234"},
+}
 
-def swap_rules() -> dl.verify.SwapRules:
-    """Swap a symbol for another terminal of the grammar; the hypothesis labels the swap."""
-    return dl.verify.grammar_terminals(grammar.grammar(4))
+
+def swap_rules(kind: str = "paper") -> dl.verify.SwapRules | dict:
+    """The swaps of the check.
+
+    Parameters
+    ----------
+    kind : {"paper", "grammar"}
+        ``"paper"``: :data:`PAPER_SWAPS`, at parentheses only. ``"grammar"``: any
+        terminal of the grammar for any other at every position (digits too), the
+        hypothesis labelling each swap (the library's rule for grammar records).
+    """
+    if kind == "paper":
+        return PAPER_SWAPS
+    if kind == "grammar":
+        return dl.verify.grammar_terminals(grammar.grammar(4))
+    raise ValueError(f"unknown swap rules {kind!r}; choose 'paper' or 'grammar'")
 
 
-def swap_pool(p: Planted, records: Sequence[str], max_pairs: int, seed: int = 0) -> np.ndarray:
+def swap_pool(
+    p: Planted, records: Sequence[str], max_pairs: int, seed: int = 0, rules: str = "paper"
+) -> np.ndarray:
     """Every unit's activation change for up to ``max_pairs`` pairs: ``(pairs, 2, width)``.
 
     ``[:, 0]`` is the baseline swap, ``[:, 1]`` the treatment swap of the same
-    (record, position); one position per record, as ``perturbation`` draws them.
+    (record, position); one position per record, as ``perturbation`` draws them
+    under :func:`swap_rules` ``(rules)``.
     """
     v = dl.verify.perturbation(
-        p.model, records, "lstm", list(range(p.width)), paren, swap_rules(),
+        p.model, records, "lstm", list(range(p.width)), paren, swap_rules(rules),
         max_pairs=max_pairs, n_random=0, seed=seed, device="cpu",
     )  # fmt: skip
     frame = v.frame.with_row_index("row")
