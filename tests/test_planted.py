@@ -47,6 +47,22 @@ def test_grid_covers_both_axes_of_the_paper():
     assert (4, 0.1, 1) in cells and (8, 0.9, 0) not in cells
 
 
+def test_summary_spreads_over_seeds_in_rule_order():
+    study = pl.DataFrame(
+        {
+            "|S|": [4] * 4, "w": [0.5] * 4, "seed": [0, 1, 0, 1],
+            "rule": ["corr", "corr", "logreg", "logreg"], "n_selected": [13, 11, 6, 0],
+            "precision": [4 / 13, 4 / 11, 0.5, None], "recall": [1.0, 1.0, 0.75, 0.0],
+        }
+    )  # fmt: skip
+    out = planted.summarize(study)
+    assert out["rule"].to_list() == ["logreg", "corr"]
+    logreg = out.row(0, named=True)
+    assert logreg["seeds"] == 2 and logreg["n_selected"] == 3.0
+    assert logreg["precision_mean"] == 0.5  # nothing selected: no precision, not 0
+    assert (logreg["recall_min"], logreg["recall_max"]) == (0.0, 0.75)
+
+
 def test_batched_silhouettes_equal_the_checks_own():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(120, 16)) + rng.integers(0, 2, (120, 1))

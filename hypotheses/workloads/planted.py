@@ -60,6 +60,8 @@ class Planted:
         |S|, the auxiliary-loss weight w and the training seed (which also draws S).
     accuracy : float
         Held-out next-character accuracy.
+    width : int
+        Units of layer ``"lstm"``.
     """
 
     model: dl.Model
@@ -122,7 +124,11 @@ def logreg_selection(
         frame = dl.inspect(
             [p.model], [paren], [LogReg(C=C)], records, units=[("lstm", "*")], eps=None
         ).sort("unit")
-        path.append((C, float(frame["group_score"][0]), frame["unit_score"].to_numpy()))
+        f1 = frame["group_score"][0]
+        # a probe with no F1 (nothing scored) never counts as good enough
+        path.append(
+            (C, -1.0 if f1 is None or np.isnan(f1) else float(f1), frame["unit_score"].to_numpy())
+        )
     best = max(f1 for _, f1, _ in path)
     C, f1, coef = [step for step in path if step[1] >= best - f1_tol][-1]
     return {
@@ -148,7 +154,7 @@ def corr_selection(
 
 
 def selections(p: Planted, records: Sequence[str], r_min: float = 0.9) -> dict[str, list[int]]:
-    """Units each rule of :data:`RULES` selects in one model."""
+    """Units each rule of :data:`RULES` selects in one model (``r_min``: the |r| rule's bar)."""
     lr = logreg_selection(p, records)
     corr = corr_selection(p, records)
     r = corr["r"].to_numpy()
