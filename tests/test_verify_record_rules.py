@@ -96,7 +96,8 @@ def test_the_object_unit_separates_moves_from_dot_toggles(model):
 def test_explicit_labels_win_over_the_hypothesis(model):
     # both edits labelled by the rule, whatever the hypothesis says at k
     def labelled(m, k):
-        return [(e, lab) for (e, _), lab in zip(edits(m, k), ("baseline", "treatment"), strict=False)]
+        pairs = zip(edits(m, k), ("baseline", "treatment"), strict=False)
+        return [(e, lab) for (e, _), lab in pairs]
 
     v = dl.verify.perturbation(
         model, maps(10), "conv", [0], has_object, dl.verify.RecordRules(labelled),

@@ -14,6 +14,12 @@ Training is deterministic under ``seed`` and cached with
 checkpoint per epoch (epoch 0 is the untrained network) for "when does the
 ghost detector appear?" studies (:func:`load_checkpoints`).
 
+The same machinery (:func:`load_config`, :func:`checkpoints_config`) trains
+the variants of :mod:`~hypotheses.workloads.gridworld_flee`: another agent to
+imitate (``policy``), a head that also pools over the grid (``head="pool"``)
+and a ghost-blind baseline (``blind``); configs without those keys are this
+module's, stored under the same keys as before.
+
 Accuracy on held-out episodes (seed 0; always answering the most frequent move
 scores 0.27-0.30): quick 0.92 (6 epochs, about 7 s of one CPU core), full 0.96
 (10 epochs, about 75 s). Training runs on one thread (see :func:`~.store.using_threads`).

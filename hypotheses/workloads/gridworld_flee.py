@@ -72,18 +72,9 @@ def load(
 ) -> tuple[nn.Module, Callable[[Sequence[Any]], torch.Tensor], dict[str, Any]]:
     """The trained CNN, its ``encode`` function and its metadata (accuracy, history).
 
-    Parameters
-    ----------
-    quick : bool
-        60 training episodes, 16 channels and 8 epochs instead of 160, 32 and 12.
-    epochs : int, optional
-        Overrides the quick/full epoch count.
-    seed : int
-        Seeds the episodes (:func:`data`) and the initialization.
-    blind : bool
-        The ghost-blind baseline: the same network and data, ghost plane zeroed.
-    directory : path, optional
-        Model store directory (default ``$DNI_LAB_MODELS``).
+    As :func:`.gridworld_cnn.load` (``quick``: 60 training episodes, 16 channels
+    and 8 epochs instead of 160, 32 and 12), plus ``blind``: the ghost-blind
+    baseline, the same network and data with the ghost's input plane zeroed.
     """
     module, meta = cnn.load_config(NAME, config(quick, epochs, seed, blind), directory)
     return module, encode, meta
