@@ -105,13 +105,15 @@ def test_training_is_deterministic_under_seed(tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def flee_trained(store):
-    return flee.load(quick=True), flee.load(quick=True, blind=True)
+def flee_trained():
+    # The full variant (about a minute to train), from the default store that notebook 06
+    # reads too, so CI trains it once: the quick variant never learns to use the ghost.
+    return flee.load(), flee.load(blind=True)
 
 
 @pytest.fixture(scope="module")
 def flee_maps() -> list[gw.Frame]:
-    return flee.data(quick=True).frames
+    return flee.data().frames[:400]
 
 
 def test_the_policy_needs_the_ghost(flee_trained, flee_maps) -> None:
@@ -123,12 +125,14 @@ def test_the_policy_needs_the_ghost(flee_trained, flee_maps) -> None:
     hard = [m for m, d in zip(flee_maps, decides, strict=True) if d]
     # where the ghost decides, the seeing net is right far more often than the blind one,
     # and erasing the ghost from its input takes that away
-    assert flee.accuracy(module, hard) > flee.accuracy(blind, hard) + 0.3
-    assert flee.accuracy(module, hard) > flee.accuracy(module, hard, blind=True) + 0.3
+    assert flee.accuracy(module, hard) > flee.accuracy(blind, hard) + 0.15
+    assert flee.accuracy(module, hard) > flee.accuracy(module, hard, blind=True) + 0.2
     # the blind net cannot see the ghost move
-    x = flee.encode(flee_maps[:20])
-    free = [int(np.flatnonzero((m == gw.EMPTY) | (m == gw.DOT))[0]) for m in flee_maps[:20]]
-    moved = [flee.cell_edits(m, k)[0][0] for m, k in zip(flee_maps[:20], free, strict=True)]
+    some = [m for m in flee_maps if (m == gw.EMPTY).any()][:20]
+    x = flee.encode(some)
+    free = [int(np.flatnonzero(m == gw.EMPTY)[0]) for m in some]  # an empty cell: no dot eaten
+    moved = [flee.cell_edits(m, k)[0][0] for m, k in zip(some, free, strict=True)]
+    assert not torch.equal(module(x), module(flee.encode(moved)))  # the seeing net does
     with torch.no_grad():
         assert torch.equal(blind(x), blind(flee.encode(moved)))
 
@@ -137,16 +141,17 @@ def test_a_ghost_unit_beats_the_untrained_copy(flee_trained, flee_maps) -> None:
     (module, encode, _), _ = flee_trained
     model = dl.Model(module, encode=encode, name="flee-cnn")
     check = dl.verify.untrained_baseline(
-        model, [gw.ghost()], flee_maps[:200], units=[(layer, "*") for layer in flee.LAYERS],
-        measures=["local_iou"], device="cpu",
+        model, [gw.ghost(radius=1)], flee_maps[:200],
+        units=[(layer, "*") for layer in flee.LAYERS], measures=["local_iou", "corr"],
+        eps=None, device="cpu",
     )  # fmt: skip
-    row = check.summary["by_hypothesis"].row(0, named=True)
-    # chance for a 1-cell mask is 1/285; the untrained copy's best unit stays near it
-    assert row["untrained_best"] < 0.05
-    assert row["trained_best"] > max(0.2, 4 * row["untrained_best"])
-    best = check.frame.sort("unit_score", descending=True).row(0, named=True)
-    assert best["above_untrained"]
-    assert check.frame.filter(pl.col("above_untrained")).height >= 1
+    rows = {r["measure"]: r for r in check.summary["by_hypothesis"].iter_rows(named=True)}
+    # the ghost's 3x3 neighbourhood: the untrained copy's best unit stays near chance
+    assert rows["corr"]["trained_best"] > max(0.5, 4 * rows["corr"]["untrained_best"])
+    assert rows["local_iou"]["trained_best"] > max(0.2, 3 * rows["local_iou"]["untrained_best"])
+    best = (check.frame.filter(pl.col("measure") == "corr")
+            .sort("unit_score", descending=True, nulls_last=True).row(0, named=True))  # fmt: skip
+    assert best["above_untrained"] and best["layer"] == "conv1"
 
 
 def test_cell_edits_move_the_ghost_or_toggle_a_dot(flee_maps) -> None:

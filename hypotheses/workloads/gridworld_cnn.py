@@ -71,7 +71,7 @@ class GridCNN(nn.Module):
         reads the global max over the grid of every ``conv3`` channel, so a
         feature computed anywhere (at the ghost's cell, say) reaches the move.
     blind : bool
-        Zero the ghost's input plane: the "ghost-blind" baseline of
+        Show the ghost's cell as empty (:func:`erase_ghost`): the "ghost-blind" baseline of
         :mod:`~hypotheses.workloads.gridworld_flee`.
     """
 
@@ -88,8 +88,7 @@ class GridCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.blind:  # a copy: the caller's batch keeps its ghost
-            x = x.clone()
-            x[:, gw.GHOST] = 0
+            x = erase_ghost(x)
         h1 = self.conv1(x)
         h3 = self.conv3(self.conv2(h1))
         at_pacman = x[:, gw.PACMAN : gw.PACMAN + 1]  # (B, 1, H, W) one-hot
@@ -97,6 +96,18 @@ class GridCNN(nn.Module):
         if self.head_kind == "pool":
             feats = torch.cat([feats, h3.amax((2, 3))], 1)
         return self.head(feats)
+
+
+def erase_ghost(x: torch.Tensor) -> torch.Tensor:
+    """A copy of one-hot maps ``x`` with the ghost's cell shown as an empty cell.
+
+    Zeroing the ghost's plane alone would still mark its cell (the only cell with no
+    code at all), and a "blind" network could find the ghost there.
+    """
+    x = x.clone()
+    x[:, gw.CODES.index("empty")] += x[:, gw.GHOST]
+    x[:, gw.GHOST] = 0
+    return x
 
 
 def encode(maps: Sequence[Any]) -> torch.Tensor:

@@ -16,7 +16,7 @@ through what the dilated convolutions carry to PacMan's cell; with the pooled
 features, a channel that fires *at the ghost's cell* (and knows from its
 receptive field where PacMan stands relative to it) reaches the move directly,
 so locating the ghost pays off wherever it is. ``blind=True`` trains the same
-network with the ghost's input plane zeroed: the accuracy a policy without the
+network with the ghost's cell shown as empty: the accuracy a policy without the
 ghost reaches on these maps.
 
 Training and storage are :mod:`~.gridworld_cnn`'s (deterministic under
@@ -53,7 +53,7 @@ def config(
     if epochs is not None:
         cfg["epochs"] = epochs
     return {
-        **cfg, "seed": seed, "avoid": 2, "batch": 128, "lr": 5e-3, "version": 1,
+        **cfg, "seed": seed, "avoid": 2, "batch": 128, "lr": 5e-3, "version": 2,
         "policy": "flee", "radius": RADIUS, "head": "pool", "blind": blind,
     }  # fmt: skip
 
@@ -74,7 +74,7 @@ def load(
 
     As :func:`.gridworld_cnn.load` (``quick``: 60 training episodes, 16 channels
     and 8 epochs instead of 160, 32 and 12), plus ``blind``: the ghost-blind
-    baseline, the same network and data with the ghost's input plane zeroed.
+    baseline, the same network and data with the ghost's cell shown as empty.
     """
     module, meta = cnn.load_config(NAME, config(quick, epochs, seed, blind), directory)
     return module, encode, meta
@@ -132,10 +132,10 @@ def move_accuracy(records: list[Any], output: torch.Tensor, device: torch.device
 
 
 def accuracy(module: nn.Module, frames: Sequence[gw.Frame], blind: bool = False) -> float:
-    """Move accuracy of ``module`` on ``frames``; ``blind`` zeroes the ghost plane at test time."""
+    """Move accuracy of ``module`` on ``frames``; ``blind`` erases the ghost at test time."""
     x = encode(frames)
     if blind:
-        x[:, gw.GHOST] = 0
+        x = cnn.erase_ghost(x)
     with torch.no_grad():
         pred = module(x).argmax(1).numpy()
     return float((pred == labels(frames)).mean())
