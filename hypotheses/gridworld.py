@@ -14,7 +14,11 @@ The scripted agent (:func:`agent_move`) reads only the map: it walks the
 shortest path to the nearest dot or pill that avoids cells within
 ``avoid`` steps of the ghost, and flees when there is none. That makes the
 next move a function of the map, learnable by imitation
-(:mod:`hypotheses.workloads.gridworld_cnn`).
+(:mod:`hypotheses.workloads.gridworld_cnn`). Its move depends on the ghost only
+when the ghost stands next to its path; the fleeing agent (:func:`flee_move`,
+``play_episode(agent=...)``) runs from the ghost whenever it is within
+``radius`` steps, so its move depends on the ghost in most maps
+(:mod:`hypotheses.workloads.gridworld_flee`).
 
 Records are :class:`Frame` arrays: plain ``(15, 19)`` maps that also remember
 their episode and step, as source windows remember their source. That is what
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +162,29 @@ def agent_move(grid: np.ndarray, maze: Maze | None = None, avoid: int = 2) -> in
     return max(options, key=lambda mv: (gdist[mv[1]], -mv[0]))[0]
 
 
+def flee_move(grid: np.ndarray, maze: Maze | None = None, radius: int = 6, avoid: int = 2) -> int:
+    """The fleeing agent's next move (``0..3``) for a map ``grid``.
+
+    With the ghost within ``radius`` maze steps of PacMan, step to the
+    neighbour farthest from the ghost (in a grid maze every neighbour is one
+    step nearer or one step farther); ties go to the neighbour nearer to a dot
+    or pill, then to the earlier move of :data:`MOVES`. With the ghost farther
+    away, or absent, move as :func:`agent_move` does.
+    """
+    grid = np.asarray(grid)
+    maze = maze if maze is not None else build_maze(grid == WALL)
+    pac, ghost = _find(grid, PACMAN), _find(grid, GHOST)
+    if pac is None:
+        raise ValueError("flee_move: the map has no PacMan.")
+    p = int(maze.index[pac])
+    if ghost is None or maze.dist[p, maze.index[ghost]] > radius:
+        return agent_move(grid, maze, avoid)
+    gdist = maze.dist[maze.index[ghost]]
+    food = maze.index[(grid == DOT) | (grid == PILL)]
+    fdist = maze.dist[:, food].min(1) if len(food) else np.zeros(len(maze.cells), np.int64)
+    return max(maze.nbrs[p], key=lambda mv: (gdist[mv[1]], -fdist[mv[1]], -mv[0]))[0]
+
+
 def ghost_step(maze: Maze, ghost: int, pacman: int, flee: bool, noise: float, rng: Any) -> int:
     """The ghost's next cell index: random with probability ``noise``, else chase (or flee)."""
     options = maze.nbrs[ghost]
@@ -234,8 +262,13 @@ def play_episode(
     power_steps: int = 10,
     avoid: int = 2,
     loops: float = 0.3,
+    agent: Callable[[np.ndarray, Maze], int] | None = None,
 ) -> Episode:
-    """Play one game of the scripted agent against the ghost; see the module docstring."""
+    """Play one game of a scripted agent against the ghost; see the module docstring.
+
+    ``agent(grid, maze) -> move`` chooses PacMan's moves; the default is
+    :func:`agent_move` with ``avoid``.
+    """
     walls = make_walls(rng, loops)
     maze = build_maze(walls)
     n = len(maze.cells)
@@ -250,7 +283,7 @@ def play_episode(
     ep, power = Episode(walls), 0
     for t in range(max_steps):
         grid = render(walls, dots, pill, maze.cells[pac], maze.cells[ghost])
-        move = agent_move(grid, maze, avoid)
+        move = agent(grid, maze) if agent is not None else agent_move(grid, maze, avoid)
         ep.frames.append(Frame(grid, ep, t))
         ep.moves.append(move)
         ep.ghost.append(maze.cells[ghost])

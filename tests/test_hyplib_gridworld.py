@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 
 import numpy as np
@@ -80,6 +81,32 @@ def test_agent_by_hand() -> None:
     assert gw.agent_move(_map("#####", "#GP #", "#####")) == 2
     # vertical moves
     assert gw.agent_move(_map("###", "#P#", "# #", "#.#", "###")) == 3
+
+
+def test_flee_agent_by_hand() -> None:
+    corridor = _map("#########", "#..G.P..#", "#########")
+    # the ghost two steps to the left: run right, although a dot lies on each side
+    assert gw.flee_move(corridor) == 2
+    assert gw.agent_move(np.where(corridor == gw.GHOST, gw.EMPTY, corridor)) == 0  # ghost gone
+    far = _map("############", "#G.......P.#", "############")
+    assert gw.flee_move(far, radius=6) == 0  # 8 steps away: the nearest dot, ties to the left
+    assert gw.flee_move(far, radius=8) == 2  # within the radius: away from the ghost
+    room = _map("#######", "#     #", "# G P.#", "#     #", "#######")
+    # up, right and down all lead away; the dot breaks the tie, else the earlier move
+    assert gw.flee_move(room) == 2
+    assert gw.flee_move(np.where(room == gw.DOT, gw.EMPTY, room)) == 1
+    with pytest.raises(ValueError, match="no PacMan"):
+        gw.flee_move(_map("#####", "#G .#", "#####"))
+
+
+def test_episodes_of_another_agent() -> None:
+    flee = functools.partial(gw.flee_move, radius=8)
+    data = gw.generate(3, seed=3, agent=flee)
+    for ep in data.episodes:
+        maze = gw.build_maze(ep.walls)
+        assert all(flee(f, maze) == m for f, m in zip(ep.frames, ep.moves, strict=True))
+    plain = gw.generate(3, seed=3)
+    assert [e.moves for e in plain.episodes] != [e.moves for e in data.episodes]
 
 
 def test_simulated_ghost_by_hand() -> None:

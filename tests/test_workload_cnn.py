@@ -1,15 +1,20 @@
-"""The grid-world CNN: trains (quick), beats the majority class, caches, checkpoints."""
+"""The grid-world CNNs: train (quick), beat the majority class, cache, checkpoint; the fleeing
+agent's CNN uses the ghost and has a ghost unit that its untrained copy lacks."""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
+import polars as pl
 import pytest
 import torch
 from conftest import assert_served_from_store
 
+import dni_lab as dl
 from hypotheses import gridworld as gw
 from hypotheses.workloads import gridworld_cnn as cnn
+from hypotheses.workloads import gridworld_flee as flee
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +102,68 @@ def test_training_is_deterministic_under_seed(tmp_path) -> None:
         cnn.load(quick=True, epochs=1, directory=tmp_path / "b")[2]["accuracy"]
         == meta_a["accuracy"]
     )
+
+
+@pytest.fixture(scope="module")
+def flee_trained():
+    # The full variant (about a minute to train), from the default store that notebook 06
+    # reads too, so CI trains it once: the quick variant never learns to use the ghost.
+    return flee.load(), flee.load(blind=True)
+
+
+@pytest.fixture(scope="module")
+def flee_maps() -> list[gw.Frame]:
+    return flee.data().frames[:400]
+
+
+def test_the_policy_needs_the_ghost(flee_trained, flee_maps) -> None:
+    (module, _, meta), (blind, _, blind_meta) = flee_trained
+    assert meta["accuracy"] >= meta["majority_rate"] + 0.4
+    assert blind_meta["config"]["blind"] and not meta["config"]["blind"]
+    decides = flee.ghost_decides(flee_maps)
+    assert 0.05 < decides.mean() < 0.5  # the ghost changes the agent's move in some maps
+    hard = [m for m, d in zip(flee_maps, decides, strict=True) if d]
+    # where the ghost decides, the seeing net is right far more often than the blind one,
+    # and erasing the ghost from its input takes that away
+    assert flee.accuracy(module, hard) > flee.accuracy(blind, hard) + 0.15
+    assert flee.accuracy(module, hard) > flee.accuracy(module, hard, blind=True) + 0.2
+    # the blind net cannot see the ghost move
+    some = [m for m in flee_maps if (m == gw.EMPTY).any()][:20]
+    x = flee.encode(some)
+    free = [int(np.flatnonzero(m == gw.EMPTY)[0]) for m in some]  # an empty cell: no dot eaten
+    moved = [flee.cell_edits(m, k)[0][0] for m, k in zip(some, free, strict=True)]
+    assert not torch.equal(module(x), module(flee.encode(moved)))  # the seeing net does
+    with torch.no_grad():
+        assert torch.equal(blind(x), blind(flee.encode(moved)))
+
+
+def test_a_ghost_unit_beats_the_untrained_copy(flee_trained, flee_maps) -> None:
+    (module, encode, _), _ = flee_trained
+    model = dl.Model(module, encode=encode, name="flee-cnn")
+    check = dl.verify.untrained_baseline(
+        model, [gw.ghost(radius=1)], flee_maps[:200],
+        units=[(layer, "*") for layer in flee.LAYERS], measures=["local_iou", "corr"],
+        eps=None, device="cpu",
+    )  # fmt: skip
+    rows = {r["measure"]: r for r in check.summary["by_hypothesis"].iter_rows(named=True)}
+    # the ghost's 3x3 neighbourhood: the untrained copy's best unit stays near chance
+    assert rows["corr"]["trained_best"] > max(0.5, 4 * rows["corr"]["untrained_best"])
+    assert rows["local_iou"]["trained_best"] > max(0.2, 3 * rows["local_iou"]["untrained_best"])
+    best = (check.frame.filter(pl.col("measure") == "corr")
+            .sort("unit_score", descending=True, nulls_last=True).row(0, named=True))  # fmt: skip
+    assert best["above_untrained"] and best["layer"] == "conv1"
+
+
+def test_cell_edits_move_the_ghost_or_toggle_a_dot(flee_maps) -> None:
+    m = flee_maps[3]
+    assert flee.cell_edits(m, int(np.flatnonzero(m.reshape(-1) == gw.WALL)[0])) == []
+    k = int(np.flatnonzero(m.reshape(-1) == gw.DOT)[0])
+    (moved, a), (toggled, b) = flee.cell_edits(m, k)
+    assert a is b is None and type(moved) is np.ndarray  # plain maps, no recorded episode
+    assert (moved == gw.GHOST).sum() == 1 and moved.reshape(-1)[k] == gw.GHOST
+    assert ((moved != m).sum()) == 2  # the ghost's old cell and cell k
+    assert toggled.reshape(-1)[k] == gw.EMPTY and (toggled != m).sum() == 1
+    near = flee.ghost_distance(flee_maps)
+    ep = flee_maps[0].episode
+    maze = gw.build_maze(ep.walls)
+    assert near[0] == maze.dist[maze.index[ep.ghost[0]], maze.index[ep.pacman[0]]]

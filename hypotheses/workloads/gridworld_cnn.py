@@ -14,6 +14,12 @@ Training is deterministic under ``seed`` and cached with
 checkpoint per epoch (epoch 0 is the untrained network) for "when does the
 ghost detector appear?" studies (:func:`load_checkpoints`).
 
+The same machinery (:func:`load_config`, :func:`checkpoints_config`) trains
+the variants of :mod:`~hypotheses.workloads.gridworld_flee`: another agent to
+imitate (``policy``), a head that also pools over the grid (``head="pool"``)
+and a ghost-blind baseline (``blind``); configs without those keys are this
+module's, stored under the same keys as before.
+
 Accuracy on held-out episodes (seed 0; always answering the most frequent move
 scores 0.27-0.30): quick 0.92 (6 epochs, about 7 s of one CPU core), full 0.96
 (10 epochs, about 75 s). Training runs on one thread (see :func:`~.store.using_threads`).
@@ -22,6 +28,7 @@ scores 0.27-0.30): quick 0.92 (6 epochs, about 7 s of one CPU core), full 0.96
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,21 +60,54 @@ class ConvBlock(nn.Module):
 
 
 class GridCNN(nn.Module):
-    """Three convolutional blocks and a linear head read at PacMan's cell."""
+    """Three convolutional blocks and a linear head read at PacMan's cell.
 
-    def __init__(self, width: int = 32) -> None:
+    Parameters
+    ----------
+    width : int
+        Channels of ``conv2``/``conv3`` (``conv1`` has half).
+    head : {"pacman", "pool"}
+        "pacman" reads ``conv1`` and ``conv3`` at PacMan's cell; "pool" also
+        reads the global max over the grid of every ``conv3`` channel, so a
+        feature computed anywhere (at the ghost's cell, say) reaches the move.
+    blind : bool
+        Show the ghost's cell as empty (:func:`erase_ghost`): the "ghost-blind" baseline of
+        :mod:`~hypotheses.workloads.gridworld_flee`.
+    """
+
+    def __init__(self, width: int = 32, head: str = "pacman", blind: bool = False) -> None:
         super().__init__()
+        if head not in ("pacman", "pool"):
+            raise ValueError(f"GridCNN: head must be 'pacman' or 'pool', not {head!r}.")
+        self.head_kind, self.blind = head, blind
         self.conv1 = ConvBlock(len(gw.CODES), width // 2)
         self.conv2 = ConvBlock(width // 2, width, dilation=2)
         self.conv3 = ConvBlock(width, width, dilation=4)
-        self.head = nn.Linear(width + width // 2, len(gw.MOVES))
+        n_in = width + width // 2 + (width if head == "pool" else 0)
+        self.head = nn.Linear(n_in, len(gw.MOVES))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blind:  # a copy: the caller's batch keeps its ghost
+            x = erase_ghost(x)
         h1 = self.conv1(x)
         h3 = self.conv3(self.conv2(h1))
         at_pacman = x[:, gw.PACMAN : gw.PACMAN + 1]  # (B, 1, H, W) one-hot
-        feats = torch.cat([h1, h3], 1)
-        return self.head((feats * at_pacman).sum((2, 3)))
+        feats = (torch.cat([h1, h3], 1) * at_pacman).sum((2, 3))
+        if self.head_kind == "pool":
+            feats = torch.cat([feats, h3.amax((2, 3))], 1)
+        return self.head(feats)
+
+
+def erase_ghost(x: torch.Tensor) -> torch.Tensor:
+    """A copy of one-hot maps ``x`` with the ghost's cell shown as an empty cell.
+
+    Zeroing the ghost's plane alone would still mark its cell (the only cell with no
+    code at all), and a "blind" network could find the ghost there.
+    """
+    x = x.clone()
+    x[:, gw.CODES.index("empty")] += x[:, gw.GHOST]
+    x[:, gw.GHOST] = 0
+    return x
 
 
 def encode(maps: Sequence[Any]) -> torch.Tensor:
@@ -88,9 +128,23 @@ def data(quick: bool = False, seed: int = 0, split: str = "test") -> gw.GridData
     return _splits(config(quick, seed=seed))[split]
 
 
+def agent_of(cfg: dict[str, Any]) -> Callable[[np.ndarray, gw.Maze], int] | None:
+    """The scripted agent a config imitates: ``None`` (:func:`gw.agent_move`) or the fleeing one."""
+    if cfg.get("policy", "avoid") == "avoid":
+        return None
+    if cfg["policy"] == "flee":
+        return functools.partial(gw.flee_move, radius=cfg["radius"], avoid=cfg["avoid"])
+    raise ValueError(f"unknown grid-world policy {cfg['policy']!r}; use 'avoid' or 'flee'.")
+
+
+def build(cfg: dict[str, Any]) -> GridCNN:
+    """An untrained network of the architecture ``cfg`` names."""
+    return GridCNN(cfg["width"], cfg.get("head", "pacman"), cfg.get("blind", False))
+
+
 def _splits(cfg: dict[str, Any]) -> dict[str, gw.GridData]:
     n = cfg["train_episodes"] + cfg["test_episodes"]
-    full = gw.generate(n, seed=cfg["seed"], avoid=cfg["avoid"])
+    full = gw.generate(n, seed=cfg["seed"], avoid=cfg["avoid"], agent=agent_of(cfg))
     cut = cfg["train_episodes"]  # split by episode: no test map is a neighbour of a train map
     out = {}
     for split, eps in (("train", full.episodes[:cut]), ("test", full.episodes[cut:])):
@@ -107,7 +161,7 @@ def _train_all(cfg: dict[str, Any]) -> tuple[list[dict[str, torch.Tensor]], list
     x, y = encode(train.frames), torch.from_numpy(train.moves)
     xt, yt = encode(test.frames), torch.from_numpy(test.moves)
     torch.manual_seed(cfg["seed"])
-    model = GridCNN(cfg["width"])
+    model = build(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     gen = torch.Generator().manual_seed(cfg["seed"])
     majority = float(np.bincount(test.moves, minlength=4).max() / len(test.moves))
@@ -143,7 +197,7 @@ def _train_all(cfg: dict[str, Any]) -> tuple[list[dict[str, torch.Tensor]], list
 
 
 def _checkpoint(
-    cfg: dict[str, Any], epoch: int, shared: dict[str, Any], directory: Any = None
+    name: str, cfg: dict[str, Any], epoch: int, shared: dict[str, Any], directory: Any = None
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The model after ``epoch`` epochs: from the store, or from one shared training run."""
 
@@ -154,9 +208,27 @@ def _checkpoint(
         module.load_state_dict(shared["states"][epoch])
         return shared["metrics"][epoch]
 
-    return cached_model(
-        NAME, {**cfg, "checkpoint": epoch}, lambda: GridCNN(cfg["width"]), train, directory
-    )
+    return cached_model(name, {**cfg, "checkpoint": epoch}, lambda: build(cfg), train, directory)
+
+
+def load_config(
+    name: str, cfg: dict[str, Any], directory: Any = None
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The last epoch's model of the run ``cfg``; a fresh run stores every epoch's checkpoint."""
+    shared: dict[str, Any] = {}
+    module, meta = _checkpoint(name, cfg, cfg["epochs"], shared, directory)
+    if "states" in shared:  # just trained: store the other epochs too, at no extra cost
+        for e in range(cfg["epochs"]):
+            _checkpoint(name, cfg, e, shared, directory)
+    return module, meta
+
+
+def checkpoints_config(
+    name: str, cfg: dict[str, Any], directory: Any = None
+) -> list[tuple[int, nn.Module]]:
+    """``(epoch, model)`` after every epoch of the run ``cfg``, epoch 0 untrained."""
+    shared: dict[str, Any] = {}
+    return [(e, _checkpoint(name, cfg, e, shared, directory)[0]) for e in range(cfg["epochs"] + 1)]
 
 
 def load(
@@ -176,11 +248,7 @@ def load(
         Model store directory (default ``$DNI_LAB_MODELS``); one training run
         stores every epoch's checkpoint.
     """
-    cfg, shared = config(quick, epochs, seed), {}
-    module, meta = _checkpoint(cfg, cfg["epochs"], shared, directory)
-    if "states" in shared:  # just trained: store the other epochs too, at no extra cost
-        for e in range(cfg["epochs"]):
-            _checkpoint(cfg, e, shared, directory)
+    module, meta = load_config(NAME, config(quick, epochs, seed), directory)
     return module, encode, meta
 
 
@@ -188,5 +256,4 @@ def load_checkpoints(
     quick: bool = False, epochs: int | None = None, seed: int = 0, directory: Any = None
 ) -> list[tuple[int, nn.Module]]:
     """``(epoch, model)`` after every epoch of one training run, epoch 0 untrained."""
-    cfg, shared = config(quick, epochs, seed), {}
-    return [(e, _checkpoint(cfg, e, shared, directory)[0]) for e in range(cfg["epochs"] + 1)]
+    return checkpoints_config(NAME, config(quick, epochs, seed), directory)

@@ -34,6 +34,7 @@ from .perturb import perturbation, silhouette_score
 from .rules import (
     CHAR_CLASSES,
     WORD_CLASSES,
+    RecordRules,
     SwapRules,
     candidates,
     char_classes,
@@ -47,6 +48,7 @@ __all__ = [
     "WORD_CLASSES",
     "ControlTask",
     "RandomSetOptions",
+    "RecordRules",
     "SwapRules",
     "Verification",
     "ablation",

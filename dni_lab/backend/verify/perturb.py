@@ -11,7 +11,9 @@ measures that, and random unit sets of the same size give its null.
 Swap rules only propose *candidates* (a vocabulary that keeps inputs plausible:
 digits and parentheses, conjunctions, a grammar's terminals); the hypothesis
 itself labels each candidate baseline or treatment, unless a rule states the
-label explicitly.
+label explicitly. :class:`~.rules.RecordRules` propose whole perturbed records
+instead of symbols, for records whose symbols are not their items (images,
+grid-world maps): the same paired design, Δ read at the edited position.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .common import (
     symbol_activations,
     symbols_of,
 )
-from .rules import Rules, candidates
+from .rules import RecordRules, Rules, candidates
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
     from typing_extensions import Unpack
@@ -71,14 +73,25 @@ def silhouette_score(X: np.ndarray, labels: np.ndarray) -> float:
     return float(torch.cat(out).mean())
 
 
+def _symbol_at(record: Any, k: int) -> Any:
+    """Symbol ``k`` of a record: an item, or for an array the ``k``-th value in row-major order."""
+    if hasattr(record, "shape") and len(record.shape) > 1:
+        return np.asarray(record).reshape(-1)[k]
+    return symbols_of(record)[k]
+
+
 def _draw_swaps(model, records, fam, rules, max_pairs, per_record, tol, rng) -> list[dict]:
     """Per drawn (record, position): one baseline and one treatment swap (a paired design)."""
+    whole = isinstance(rules, RecordRules)  # candidates are perturbed records, not symbols
     rows: list[dict] = []
     for i in rng.permutation(len(records)):
         rec, i = records[i], int(i)
         n = model.symbols(rec)
-        if n != len(symbols_of(rec)):
-            raise DNIError("perturbation needs records whose symbols are their items (str, list).")
+        if not whole and n != len(symbols_of(rec)):
+            raise DNIError(
+                "perturbation needs records whose symbols are their items (str, list); for "
+                "images and maps pass RecordRules(propose) that rewrite whole records."
+            )
         h0 = signal_of(fam, rec, n, i)
         done = 0
         for k in rng.permutation(n):
@@ -86,9 +99,14 @@ def _draw_swaps(model, records, fam, rules, max_pairs, per_record, tol, rng) -> 
             found: dict[str, tuple] = {}
             for j in rng.permutation(len(cands)):
                 s, label = cands[j]
-                if isinstance(rec, str) and not (isinstance(s, str) and len(s) == 1):
+                if not whole and isinstance(rec, str) and not (isinstance(s, str) and len(s) == 1):
                     continue  # one character replaces one character: prefixes stay aligned
-                pert = replace_symbol(rec, int(k), s)
+                pert = s if whole else replace_symbol(rec, int(k), s)
+                if whole and model.symbols(pert) != n:
+                    raise DNIError(
+                        f"{rules!r} proposed a record of {model.symbols(pert)} symbols for one "
+                        f"of {n}; a perturbed record must keep the symbol count."
+                    )
                 try:
                     h1 = signal_of(fam, pert, n, i)[k]
                 except HypothesisError:
@@ -102,13 +120,12 @@ def _draw_swaps(model, records, fam, rules, max_pairs, per_record, tol, rng) -> 
                 continue
             for label in ("baseline", "treatment"):
                 s, pert, h1 = found[label]
-                sym = symbols_of(rec)[k]
                 rows.append(
                     dict(
                         record=i,
                         position=int(k),
-                        original=str(sym),
-                        replacement=str(s),
+                        original=str(_symbol_at(rec, int(k))),
+                        replacement=str(_symbol_at(pert, int(k)) if whole else s),
                         kind=label,
                         h_original=float(h0[k]),
                         h_perturbed=h1,
@@ -158,6 +175,7 @@ def perturbation(
     rules : SwapRules, vocabulary, mapping or function
         Candidate replacements (see :func:`candidates`); the library supplies
         :func:`char_classes`, :func:`word_classes` and :func:`grammar_terminals`.
+        :class:`RecordRules` propose whole perturbed records (images, maps).
     max_pairs, per_record : int
         At most ``max_pairs`` baseline/treatment pairs, ``per_record`` positions per record.
     tol : float

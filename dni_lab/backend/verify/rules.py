@@ -4,6 +4,10 @@ Rules only propose *candidates*, a vocabulary that keeps perturbed inputs
 plausible (digits and parentheses, conjunctions, a grammar's terminals); the
 hypothesis itself then labels each candidate a baseline swap (its value at the
 position stays) or a treatment swap (it changes), unless a rule gives the label.
+
+Records whose symbols are not their items (an image's pixels, a map's cells)
+cannot be edited one item at a time; :class:`RecordRules` proposes whole
+perturbed records instead (move the ghost to cell k, toggle a dot at cell k).
 """
 
 from __future__ import annotations
@@ -64,6 +68,52 @@ class SwapRules:
         return f"SwapRules({self.name!r}, {len(self.vocabulary)} symbols)"
 
 
+class RecordRules:
+    """Perturbations that rewrite a whole record around symbol ``k`` (images, maps, ...).
+
+    Parameters
+    ----------
+    propose : callable
+        ``propose(record, k) -> iterable of (perturbed record, label)`` pairs, the
+        label ``"baseline"``, ``"treatment"`` or None (the hypothesis decides, as
+        for symbol swaps). A perturbed record has the same number of symbols as
+        ``record`` and differs from it at ``k`` (and wherever else the edit needs:
+        moving an object to ``k`` also empties its old place); the units'
+        activations are compared at ``k``.
+    name : str
+        Shown in summaries.
+    """
+
+    def __init__(self, propose: Callable[[Any, int], Iterable[tuple[Any, str | None]]],
+                 name: str = "record rules") -> None:  # fmt: skip
+        if not callable(propose):
+            raise DNIError(
+                f"RecordRules needs a function (record, k) -> [(perturbed record, label)], "
+                f"not {propose!r}."
+            )
+        self.propose, self.name = propose, name
+
+    def candidates(self, record: Any, k: int) -> list[tuple[Any, str | None]]:
+        """``(perturbed record, label or None)`` pairs for symbol ``k`` of ``record``."""
+        out = []
+        for item in self.propose(record, k):
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise DNIError(
+                    f"{self!r}: propose(record, {k}) must yield (perturbed record, label) "
+                    f"pairs, not {type(item).__name__}; use label None to let the "
+                    "hypothesis decide."
+                )
+            if item[1] not in (None, "baseline", "treatment"):
+                raise DNIError(
+                    f"{self!r}: label {item[1]!r} is not 'baseline', 'treatment' or None."
+                )
+            out.append(item)
+        return out
+
+    def __repr__(self) -> str:
+        return f"RecordRules({self.name!r})"
+
+
 def char_classes(*names: str) -> SwapRules:
     """Swap rules over character classes (:data:`CHAR_CLASSES`; all when none named)."""
     names = names or tuple(CHAR_CLASSES)
@@ -90,18 +140,22 @@ def grammar_terminals(grammar: Any) -> SwapRules:
     return SwapRules(terms, name="grammar terminals")
 
 
-Rules = SwapRules | Mapping[Any, Any] | Callable[[Any, int], Iterable[Any]] | str | Sequence[Any]
+Rules = (
+    SwapRules | RecordRules | Mapping[Any, Any] | Callable[[Any, int], Iterable[Any]]
+    | str | Sequence[Any]
+)  # fmt: skip
 
 
 def candidates(rules: Rules, record: Any, k: int) -> list[tuple[Any, str | None]]:
     """``(replacement, label or None)`` pairs proposed by ``rules`` for symbol ``k``.
 
-    ``rules`` is a :class:`SwapRules`, a vocabulary (string or list), a mapping
+    ``rules`` is a :class:`SwapRules`, a :class:`RecordRules` (whose "replacements"
+    are whole perturbed records), a vocabulary (string or list), a mapping
     ``symbol -> replacements`` or ``symbol -> {"baseline": [...], "treatment": [...]}``
     (labels given explicitly), or a function ``(record, k) -> replacements`` whose
     items may be ``(replacement, label)`` pairs.
     """
-    if isinstance(rules, SwapRules):
+    if isinstance(rules, (SwapRules, RecordRules)):
         return rules.candidates(record, k)
     if isinstance(rules, Mapping):
         v = rules.get(symbols_of(record)[k], ())
