@@ -154,3 +154,20 @@ def test_control_task_and_selectivity():
     assert sel["control_score"][3] > 0.9 and abs(s_all) < 0.1
     per_unit = dl.verify.selectivity(model, [hypothesis("depth")], recs, [("lstm", S)], "corr")
     assert per_unit.height == 4 and "uid" in per_unit.columns
+
+
+def test_selectivity_of_two_signals_of_one_family():
+    model, _, _ = specialized("depth")
+    recs = records(120, seed=16)
+
+    @dl.hypothesis_family(signals=["depth", "open"])
+    def parens_family(r):
+        return {"depth": hypothesis("depth")(r), "open": [float(c == "(") for c in r]}
+
+    from dni_lab.backend.query.subset import SubsetFamily
+
+    picked = [SubsetFamily(parens_family, [s]) for s in ("depth", "open")]
+    assert dl.verify.control_task(picked[1], recs).signals() == ["control:parens_family.open"]
+    sel = dl.verify.selectivity(model, picked, recs, units=[("lstm", "*")])
+    assert sorted(sel["hid"]) == ["parens_family.depth", "parens_family.open"]
+    assert sel["control_score"].is_not_null().all()  # each task met its own control

@@ -155,7 +155,9 @@ def control_task(hypothesis: Any, records: Sequence[Any], seed: int = 0) -> Cont
     table = {t: float(v) for t, v in zip(ordered, labels[:-1], strict=True)}
     sig = fam.signals()[0]
     n_cat = (fam.categories or {}).get(sig)
-    return ControlTask(table, float(labels[-1]), f"control:{fam.name}", fam.kind_of(sig), n_cat)
+    # named after the signal's id, so that two signals of one family get two controls
+    hid = fam.hids()[0]
+    return ControlTask(table, float(labels[-1]), f"control:{hid}", fam.kind_of(sig), n_cat)
 
 
 def selectivity(
