@@ -171,3 +171,14 @@ def test_selectivity_of_two_signals_of_one_family():
     sel = dl.verify.selectivity(model, picked, recs, units=[("lstm", "*")])
     assert sorted(sel["hid"]) == ["parens_family.depth", "parens_family.open"]
     assert sel["control_score"].is_not_null().all()  # each task met its own control
+
+
+def test_untrained_baseline_compares_a_probe_by_its_group_score():
+    model, S, _ = specialized("depth")
+    recs = records(120, seed=17)
+    v = dl.verify.untrained_baseline(model, [hypothesis("depth")], recs,
+                                     units=[("lstm", S)], measures="ridge")  # fmt: skip
+    row = v.summary["by_hypothesis"].row(0, named=True)
+    trained = v.frame["group_score"].drop_nulls()[0]
+    assert row["trained_best"] == abs(trained) and row["trained_best"] <= 1.0  # an R², not a weight
+    assert row["trained_best"] > row["untrained_best"] + 0.3

@@ -75,22 +75,32 @@ def untrained_baseline(
     -------
     Verification
         ``frame``: the trained model's score frame with ``untrained_best`` (the
-        copy's best ``|unit_score|`` for the same hypothesis and measure) and
+        copy's best ``|unit_score|`` for the same hypothesis and measure; its best
+        ``group_score`` for a probe such as ``logreg`` or ``ridge``) and
         ``above_untrained``. ``summary``: ``by_hypothesis`` (best trained vs best
         untrained per hypothesis and measure) and ``untrained`` (the copy's frame).
     """
     base = untrained_copy(model, seed)
     inspect_kw.setdefault("eps", None)
+    measures = [measures] if isinstance(measures, str) else list(measures)
     frame = api.inspect([model, base], hypotheses, measures, records, units=units, **inspect_kw)
+    # a probe's score is its group's (F1, R²), not a unit's coefficient
+    joint = [m.name for m in map(get_measure, measures) if m.joint]
+    score = (
+        pl.when(pl.col("measure").is_in(joint))
+        .then(pl.col("group_score"))
+        .otherwise(pl.col("unit_score"))
+        .abs()
+    )
 
     def best(df: pl.DataFrame, col: str) -> pl.DataFrame:
-        return df.group_by("hid", "measure").agg(pl.col("unit_score").abs().max().alias(col))
+        return df.group_by("hid", "measure").agg(score.max().alias(col))
 
     trained = frame.filter(pl.col("mid") == model.name)
     untrained = frame.filter(pl.col("mid") == base.name)
     ub = best(untrained, "untrained_best")
     out = trained.join(ub, on=["hid", "measure"], how="left").with_columns(
-        above_untrained=pl.col("unit_score").abs() > pl.col("untrained_best")
+        above_untrained=score > pl.col("untrained_best")
     )
     by_h = best(trained, "trained_best").join(ub, on=["hid", "measure"], how="left")
     by_h = by_h.with_columns(lift=pl.col("trained_best") - pl.col("untrained_best")).sort(
