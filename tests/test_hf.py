@@ -388,3 +388,14 @@ def test_permutation_test_aligns_character_hypotheses_to_tokens(gpt2):
     )
     assert perm["p_value"].is_between(0.05, 1.0).all()
 
+
+
+def test_untrained_copy_of_a_transformer_reads_tokens(gpt2):
+    model = HFModel(*gpt2, name="gpt2")
+    copy = dl.verify.untrained_copy(model)
+    assert isinstance(copy, HFModel) and copy.name == "gpt2:untrained"
+    assert copy.module is not model.module and not copy.meta["trained"]
+    v = dl.verify.untrained_baseline(model, [keyword], corpus(24, seed=6),
+                                     units=[("transformer.h.0", list(range(8)))])  # fmt: skip
+    assert v.summary["untrained"]["mid"].unique().to_list() == ["gpt2:untrained"]
+    assert v.summary["by_hypothesis"]["untrained_best"].is_not_null().all()

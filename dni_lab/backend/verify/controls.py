@@ -50,14 +50,11 @@ def untrained_copy(model: Model, seed: int = 0, name: str | None = None) -> Mode
                         nn.init.kaiming_uniform_(p, a=5**0.5)
                     else:
                         p.zero_()
-    return Model(
-        module,
-        encode=model.encode,
-        name=name or f"{model.name}:untrained",
-        symbols=model.symbols,
-        resize=model.resize,
-        meta={**model.meta, "trained": False},
-    )
+    # with_module keeps a subclass's own reading of records (HFModel: tokens, alignment)
+    base = model.with_module(module)
+    base.name = name or f"{model.name}:untrained"
+    base.meta = {**model.meta, "trained": False}
+    return base
 
 
 def untrained_baseline(
