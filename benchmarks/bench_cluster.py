@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# Every run here pays its own forward pass: a repeated block must not come from the
+# models' behavior memo (bench_warm_query.py measures that on purpose).
+os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:  # run as a script: make dni_lab and benchmarks importable
     sys.path.insert(0, str(REPO))
 

@@ -26,6 +26,9 @@ import numpy as np
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
+# Every run here pays its own forward pass: a repeated block must not come from the
+# models' behavior memo (bench_warm_query.py measures that on purpose).
+os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 

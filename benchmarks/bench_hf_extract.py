@@ -26,12 +26,16 @@ timings from a shared machine are not evidence: re-run it on a quiet one.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Every run here pays its own forward pass: a repeated block must not come from the
+# models' behavior memo (bench_warm_query.py measures that on purpose).
+os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses importable
     sys.path.insert(0, str(REPO))
 
