@@ -3,6 +3,8 @@ with tokenizers trained here; padding sides, defaults, alignment, placement, hoo
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import polars as pl
 import pytest
@@ -399,3 +401,70 @@ def test_untrained_copy_of_a_transformer_reads_tokens(gpt2):
                                      units=[("transformer.h.0", list(range(8)))])  # fmt: skip
     assert v.summary["untrained"]["mid"].unique().to_list() == ["gpt2:untrained"]
     assert v.summary["by_hypothesis"]["untrained_best"].is_not_null().all()
+
+
+def test_forcing_a_transformer_writes_each_symbol_and_leaves_padding(gpt2):
+    from dni_lab.backend.verify.common import forward_output
+    from dni_lab.backend.verify.force import force_units
+
+    module, tok = gpt2
+    model = HFModel(module, _clone_tok(tok, "left"), name="gpt2-left")
+    data = ["select a from tab", "x1", "insert into tab values 1 = b"]
+    n = [model.symbols(r) for r in data]
+    pattern = torch.arange(len(data) * max(n) * 2, dtype=torch.float32).reshape(len(data), -1, 2)
+    seen = {}
+
+    def keep(_mod, _args, out):
+        seen["out"] = (out[0] if isinstance(out, tuple) else out).detach().clone()
+
+    def output(*forcing):
+        with contextlib.ExitStack() as stack, torch.inference_mode():
+            if forcing:
+                stack.enter_context(force_units(model, "transformer.h.0", *forcing))
+            # registered after the forcing hook, so it sees the forced output
+            stack.callback(model._module("transformer.h.0").register_forward_hook(keep).remove)
+            forward_output(model, data, torch.device("cpu"))
+        return seen["out"]
+
+    plain, forced = output(), output([3, 5], pattern)
+    sym = model.gather_symbols(forced)
+    for r, k in enumerate(n):
+        np.testing.assert_array_equal(sym[r, :k][:, [3, 5]].numpy(), pattern[r, :k].numpy())
+        pads = forced.shape[1] - k  # left padding: the first positions are not symbols
+        np.testing.assert_array_equal(forced[r, :pads].numpy(), plain[r, :pads].numpy())
+        others = [u for u in range(forced.shape[-1]) if u not in (3, 5)]
+        before = model.gather_symbols(plain)[r, :k][:, others]
+        np.testing.assert_array_equal(sym[r, :k][:, others].numpy(), before.numpy())
+
+
+def test_next_token_accuracy_of_a_transformer_matches_one_record_at_a_time(gpt2):
+    from dni_lab.backend.verify.ablate import next_symbol_accuracy
+    from dni_lab.backend.verify.common import forward_output
+
+    module, tok = gpt2
+    model = HFModel(module, tok, name="gpt2")
+    data = corpus(12, seed=8)
+    with torch.inference_mode():
+        out = forward_output(model, data, torch.device("cpu"))
+        got, items = next_symbol_accuracy(model)(data, out, torch.device("cpu"))
+        hits = total = 0
+        for r in data:
+            ids = tok(r, return_tensors="pt")["input_ids"]
+            pred = module(input_ids=ids).logits[0].argmax(-1)
+            hits += int((pred[:-1] == ids[0, 1:]).sum())
+            total += ids.shape[1] - 1
+    assert items == total and got == pytest.approx(hits)
+    with pytest.raises(dl.DNIError, match="among= names characters"):
+        next_symbol_accuracy(model, among="ab")
+
+
+def test_oracle_on_a_transformer_reads_the_character_hypothesis_per_token(gpt2):
+    from dni_lab.backend.verify.ablate import next_symbol_accuracy
+
+    model = HFModel(*gpt2, name="gpt2")
+    v = dl.verify.oracle(model, corpus(24, seed=9), "transformer.h.1", [0, 1, 2], keyword,
+                         ks=[1, 3], n_random=3, seed=0,
+                         evaluate=next_symbol_accuracy(model, score="log_likelihood"))  # fmt: skip
+    assert v.frame["k"].unique().sort().to_list() == [1, 3]
+    assert v.frame["score"].is_finite().all()
+    assert (v.frame["drop"].abs() > 0).all()  # forcing the pattern changed every prediction

@@ -26,7 +26,8 @@ from ..models import Model, to_device
 from . import names
 from .align import DEFAULT_POOL, POOLS
 
-_INDEX = "__dni_symbol_index__"  # an extra batch key, removed before the module sees it
+_INDEX = "__dni_symbol_index__"  # extra batch keys, removed before the module sees them
+_COUNT = "__dni_symbol_count__"
 _MEMO = 65536
 
 
@@ -87,6 +88,7 @@ class HFModel(Model):
         self._positions = _positions_from_arange(module)
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._index: torch.Tensor | None = None
+        self._count: torch.Tensor | None = None
         self._n_tokens: int | None = None
 
     # -- symbols --------------------------------------------------------------
@@ -147,12 +149,14 @@ class HFModel(Model):
             # or a left-padded record reads other position embeddings than a right-padded one
             batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
         batch[_INDEX] = order
+        batch[_COUNT] = n
         return batch
 
     def forward(self, batch: Any) -> Any:
         """Run the module on an encoded batch; remembers where each symbol sits."""
         batch = dict(batch)
         self._index = batch.pop(_INDEX, None)
+        self._count = batch.pop(_COUNT, None)
         self._n_tokens = batch["input_ids"].shape[1] if "input_ids" in batch else None
         return self.module(**to_device(batch, _input_device(self.module)))
 
@@ -170,6 +174,20 @@ class HFModel(Model):
             t = t.expand(idx.shape[0], -1, -1)
         out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
         return out.to(idx.device)
+
+    def symbol_slots(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Where the symbols of the batch last run sit in ``t`` (``(R, T_tokens, ...)``).
+
+        Returns ``(index, real)``, both ``(R, T_symbols)`` on ``t``'s device: the token
+        position of each symbol slot and whether the slot holds a symbol (a shorter
+        record's tail slots do not). ``None`` when ``t`` is not one row per token.
+        """
+        idx, n = self._index, self._count
+        if idx is None or n is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
+            return None
+        idx = idx.to(t.device)
+        real = torch.arange(idx.shape[1], device=t.device)[None, :] < n.to(t.device)[:, None]
+        return idx, real
 
     @property
     def addresses(self) -> list[str]:

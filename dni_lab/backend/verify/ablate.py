@@ -21,7 +21,7 @@ import torch
 from .. import api
 from ..errors import DNIError
 from ..extract import on_device, resolve_device
-from ..hypotheses import hypothesis_block
+from ..hypotheses import for_model, hypothesis_block
 from ..models import Model
 from ..params import keyword_options
 from .common import (
@@ -56,6 +56,9 @@ def next_symbol_accuracy(
 
     Assumes what the char-LSTMs of the library do: ``encode`` returns a ``(R, T)``
     tensor of symbol ids and the module's output ``(R, T, V)`` scores the same ids.
+    On a transformer (:class:`~dni_lab.backend.hf.HFModel` with a language-model head)
+    a symbol is a token: the logits at token ``j`` score the id of token ``j + 1``,
+    special tokens and padding skipped; ``target`` then sees each token's text.
 
     Parameters
     ----------
@@ -73,6 +76,13 @@ def next_symbol_accuracy(
     """
     if score not in ("accuracy", "log_likelihood"):
         raise DNIError(f"score must be 'accuracy' or 'log_likelihood', not {score!r}.")
+    if hasattr(model, "symbol_slots"):
+        if among is not None:
+            raise DNIError(
+                f"among= names characters; model {model.name!r} predicts tokens. Pass "
+                "evaluate=your_function(records, output, device) -> (score sum, items)."
+            )
+        return _next_token(model, target, score)
     cols = None if among is None else torch.as_tensor(model.encode([str(s) for s in among]))[:, 0]
 
     def evaluate(records: list[Any], output: torch.Tensor, device: torch.device):
@@ -89,11 +99,40 @@ def next_symbol_accuracy(
             hit = nxt[..., None] == c
             keep &= hit.any(-1)
             out, nxt = out[..., c], hit.double().argmax(-1)
-        if score == "accuracy":
-            per = (out.argmax(-1) == nxt).double()
-        else:
-            per = torch.log_softmax(out, -1).gather(-1, nxt[..., None])[..., 0]
-        return float(per[keep].sum()), int(keep.sum())
+        return _scored(out, nxt, keep, score)
+
+    return evaluate
+
+
+def _scored(out: torch.Tensor, nxt: torch.Tensor, keep: torch.Tensor, score: str):
+    """``(score sum, items)`` of logits ``out`` for targets ``nxt`` where ``keep``."""
+    if score == "accuracy":
+        per = (out.argmax(-1) == nxt).double()
+    else:
+        per = torch.log_softmax(out, -1).gather(-1, nxt[..., None])[..., 0]
+    return float(per[keep].sum()), int(keep.sum())
+
+
+def _next_token(model: Any, target: Callable[[Any], bool] | None, score: str) -> Evaluate:
+    """:func:`next_symbol_accuracy` for a transformer: tokens are the symbols."""
+
+    def evaluate(records: list[Any], output: torch.Tensor, device: torch.device):
+        slots = model.symbol_slots(output)
+        if slots is None:
+            raise DNIError(
+                f"model {model.name!r} outputs {tuple(output.shape)}, not logits per token; "
+                "pass evaluate=your_function(records, output, device) -> (score sum, items)."
+            )
+        index, real = slots
+        ids = model.encode(records)["input_ids"].to(output.device).gather(1, index)
+        logits = output.gather(1, index[..., None].expand(-1, -1, output.shape[-1]))
+        keep = real[:, 1:].clone()
+        if target is not None:
+            for r, rec in enumerate(records):
+                texts = [rec[a:b] for a, b in model.offsets(rec)[1:]]
+                ok = torch.as_tensor([bool(target(t)) for t in texts], dtype=torch.bool)
+                keep[r, : len(texts)] &= ok.to(keep.device)
+        return _scored(logits[:, :-1].double(), ids[:, 1:], keep, score)
 
     return evaluate
 
@@ -250,17 +289,18 @@ def oracle(
     Other parameters and the result as in :func:`ablation`.
     """
     draws = keyword_options(RandomSets, "oracle", options)
-    fam = single_signal(hypothesis)
+    raw = single_signal(hypothesis)
+    fam = for_model([raw], model)[0]  # a transformer reads it per token
     n_sym = [model.symbols(r) for r in records]
     lo, hi = _signal_range(fam, records, n_sym, draws.batch_size)
     if hi <= lo:
         raise DNIError(
-            f"hypothesis {fam.name!r} is constant over the records; no pattern to force."
+            f"hypothesis {raw.name!r} is constant over the records; no pattern to force."
         )
     if signs is None:
         f = api.inspect(
             model,
-            [fam],
+            [raw],
             ["corr"],
             records,
             units=[(layer, "*")],

@@ -40,7 +40,9 @@ def force_units(
         Indices within the layer.
     values : float or Tensor
         A constant (0 ablates), or a ``(R, T, len(units))`` pattern for the batch
-        about to run (positions past ``T`` are forced to 0).
+        about to run (positions past ``T`` are forced to 0). On a transformer
+        (:class:`~dni_lab.backend.hf.HFModel`) ``T`` counts symbols: each pattern row
+        lands on its token, and special tokens and padding keep their values.
     """
     base, k, cell = Model.split_address(addr)
     if cell:
@@ -51,7 +53,7 @@ def force_units(
         layer = mod.num_layers - 1 if k is None else k
         hook = _recurrent_hook(layer, idx, values)
     else:
-        hook = _output_hook(idx, values)
+        hook = _output_hook(idx, values, getattr(model, "symbol_slots", None))
     handle = mod.register_forward_hook(hook, with_kwargs=True)
     try:
         yield
@@ -74,14 +76,33 @@ def _pattern(values: float | torch.Tensor, like: torch.Tensor, R: int, T: int, k
     return v[:, :T]
 
 
-def _output_hook(idx: torch.Tensor, values: float | torch.Tensor):
+def _at_symbols(t: torch.Tensor, i: torch.Tensor, values, slots) -> None:
+    """Force units ``i`` of ``t`` (``(R, T_tokens, D)``) at the symbols' token positions only.
+
+    A transformer's special tokens and padding are not symbols: they keep their values,
+    and symbol ``j`` of a record takes pattern row ``j`` wherever its token sits.
+    """
+    index, real = slots
+    k = len(i)
+    where = index[..., None].expand(-1, -1, k)
+    sub = t[..., i]
+    v = _pattern(values, t, index.shape[0], index.shape[1], k)
+    # tail slots of shorter records point at non-symbol tokens: write their own value back
+    v = torch.where(real[..., None], v, sub.gather(1, where))
+    t[..., i] = sub.scatter(1, where, v)
+
+
+def _output_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=None):
     def hook(_mod, _args, _kwargs, out):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if not isinstance(first, torch.Tensor):
             raise LayerError("the layer's output holds no tensor to force units in.")
         t = first.clone()
         i = idx.to(t.device)
-        if t.dim() == 3:  # (R, T, D): a sequence
+        slots = symbol_slots(t) if symbol_slots is not None else None
+        if slots is not None:
+            _at_symbols(t, i, values, slots)
+        elif t.dim() == 3:  # (R, T, D): a sequence
             t[..., i] = _pattern(values, t, t.shape[0], t.shape[1], len(i))
         elif t.dim() == 2:  # (R, D): one vector per record
             t[:, i] = _pattern(values, t, t.shape[0], 1, len(i))[:, 0]
