@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -16,6 +17,7 @@ from torch import nn
 import dni_lab as dl
 from dni_lab.backend.engine import Inspection
 from dni_lab.backend.frames import SCHEMA
+from dni_lab.backend.measures.logreg import LogReg
 from dni_lab.backend.params import InspectParams
 
 
@@ -397,3 +399,57 @@ def test_progress_bar_in_scripts(char_model, records, hyps, capsys):
     dl.inspect([char_model], hyps, ["corr"], records, eps=None, block_size=8, progress=True)
     err = capsys.readouterr().err
     assert "dni_lab" in err and f"{len(records)}/{len(records)}" in err and "settled" in err
+
+
+
+def stop_in_probe_fit(monkeypatch, after_blocks: int) -> tuple[dict, Callable]:
+    """Press Stop in the first Newton objective evaluated after ``after_blocks`` blocks.
+
+    Returns the record of what happened (``after_stop`` counts later evaluations) and
+    the ``on_block`` callback that gives it the inspection.
+    """
+    from dni_lab.backend.measures import _newton
+
+    seen: dict = {"blocks": 0, "after_stop": 0}
+    real = _newton.objective
+
+    def objective(*args, **kwargs):
+        if seen["blocks"] == after_blocks and "stopped" not in seen:
+            seen["stopped"] = True
+            seen["insp"].cancel()
+        elif "stopped" in seen:
+            seen["after_stop"] += 1
+        return real(*args, **kwargs)
+
+    def on_block(insp):
+        seen["insp"] = insp
+        seen["blocks"] += 1
+
+    monkeypatch.setattr(_newton, "objective", objective)
+    return seen, on_block
+
+
+def test_a_stop_during_a_probe_fit_ends_the_run_within_that_step(char_model, hyps, monkeypatch):
+    seen, on_block = stop_in_probe_fit(monkeypatch, after_blocks=1)  # during block 2's fit
+    frame = dl.inspect(
+        [char_model], hyps, [LogReg(steps_per_block=50)], random_records(600, seed=2),
+        units=[("lstm", "*")], eps=None, block_size=200, on_block=on_block,
+    )  # fmt: skip
+    p = seen["insp"].progress
+    assert p.cancelled and p.records_read == 400  # the block in flight counts, no more
+    assert seen["after_stop"] <= 1  # the step's trial point at most, not 50 steps or a final fit
+    probe = frame.filter(pl.col("hid") == "paren")
+    assert probe.height == 12 and not probe["converged"].any()
+    assert probe["group_score"].is_finite().all()  # block 1's F1 stands
+
+
+def test_a_stop_during_the_final_probe_fit_returns_the_fit_so_far(char_model, hyps, monkeypatch):
+    seen, on_block = stop_in_probe_fit(monkeypatch, after_blocks=1)  # one block: the final fit
+    frame = dl.inspect(
+        [char_model], hyps, [LogReg(steps_per_block=1, tol=0.0)], random_records(300, seed=3),
+        units=[("lstm", "*")], eps=None, block_size=300, on_block=on_block,
+    )  # fmt: skip
+    assert seen["insp"].progress.cancelled and seen["after_stop"] <= 1
+    probe = frame.filter(pl.col("hid") == "paren")
+    assert probe.height == 12 and not probe["converged"].any()  # cut short: not "complete"
+    assert probe["group_score"].is_finite().all()

@@ -10,7 +10,8 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
-from dni_lab.backend.measures.base import HypothesisInfo
+from dni_lab.backend.measures import _newton
+from dni_lab.backend.measures.base import HypothesisInfo, stop_check
 from dni_lab.backend.measures.logreg import LogReg
 
 R, T, NU = 400, 20, 12
@@ -126,3 +127,38 @@ def test_sample_is_bounded_and_uniform(rows):
     # folds stay balanced in the sample: no record split, each fold present
     counts = np.bincount(s.fold.numpy(), minlength=5)
     assert counts.min() > rows / 5 * 0.6
+
+
+def test_a_stop_keeps_the_blocks_data_and_skips_the_fit():
+    U, H, mask = planted(seed=3)
+    info = [HypothesisInfo(f"h{j}", "binary") for j in range(H.shape[2])]
+    m = LogReg()
+    s = m.update(m.start(NU, H.shape[2], info=info), U[:200], H[:200], mask[:200])
+    W, rows, history = s.W.clone(), len(s.X), list(s.history)
+    with stop_check(lambda: True):  # what the engine sets once Stop is pressed
+        s = m.update(s, U[200:], H[200:], mask[200:])
+    assert s.n_records == R and len(s.X) > rows  # the block's data is folded in
+    assert torch.equal(s.W, W) and s.history == history  # no Newton step, no stale F1
+    # the fit it skipped happens on the next update or the final result
+    assert np.isfinite(m.result(s).group_score).all()
+
+
+def test_a_stop_inside_a_newton_step_ends_the_fit_at_the_next_check(monkeypatch):
+    U, H, mask = planted(seed=4)
+    info = [HypothesisInfo(f"h{j}", "binary") for j in range(H.shape[2])]
+    m = LogReg(max_iter=50, tol=0.0)  # would take every one of its 50 steps
+    s = feed(m, U, H, mask, info, blocks=2)
+    calls, stop = {"n": 0}, {"at": None}
+    real = _newton.objective
+
+    def objective(*args, **kwargs):  # the Stop arrives during the third evaluation
+        calls["n"] += 1
+        if calls["n"] == 3:
+            stop["at"] = calls["n"]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_newton, "objective", objective)
+    with stop_check(lambda: stop["at"] is not None):
+        res = m.result(s)
+    assert stop["at"] == 3 and calls["n"] <= 4  # at most the step's own trial point more
+    assert np.isfinite(res.unit_score).all()  # the fit so far, not garbage

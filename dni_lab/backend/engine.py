@@ -19,6 +19,7 @@ from .errors import DNIError, HypothesisError
 from .extract import Extractor, on_device, resolve_device
 from .frames import empty_frame
 from .hypotheses import BlockCancelled, for_model, hypothesis_block
+from .measures.base import stop_check
 from .params import InspectParams
 from .provenance import RecordsHash, attach, versions, weights_sha256
 from .resolve import (
@@ -166,7 +167,7 @@ class Inspection:
         }
 
     def cancel(self) -> None:
-        """Ask the loop to stop after the block in flight."""
+        """Ask the loop to stop after the block in flight (probe fits stop at their next step)."""
         self._cancel = True
 
     # -- the loop ---------------------------------------------------------------
@@ -211,10 +212,12 @@ class Inspection:
         if not self._cancel and not self._read_to_end:
             for s in self.states:
                 s.leave_open(self.params.eps)
+        with stop_check(lambda: self._cancel):  # a Stop during the final probe fits
+            frame = self.frame(final=True)
         self.progress.cancelled = self._cancel
         self.progress.done = True
         self.progress.elapsed_s = time.perf_counter() - start
-        return attach(self.frame(final=True), self.provenance())
+        return attach(frame, self.provenance())
 
     def _extractors(self) -> dict[str, Extractor]:
         return {
@@ -245,14 +248,15 @@ class Inspection:
             return False
         if self._cancel:
             return False
-        for mu in self._active_models():
-            H, mask = blocks[_space_key(mu.model)]
-            parts = extractors[mu.model.name](block_records, mask, first, rkey)
-            U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
-            for s in self._states_of(mu):
-                cols = s.columns
-                Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
-                s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
+        with stop_check(lambda: self._cancel):  # probes stop optimising on a Stop
+            for mu in self._active_models():
+                H, mask = blocks[_space_key(mu.model)]
+                parts = extractors[mu.model.name](block_records, mask, first, rkey)
+                U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
+                for s in self._states_of(mu):
+                    cols = s.columns
+                    Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
+                    s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
         return True
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
@@ -387,18 +391,21 @@ class Inspection:
         """The score frame now: converged pairs frozen, the rest at their current value."""
         if not self.states:
             return empty_frame()
-        complete = final and self._read_to_end and not self._cancel
         confidence = self.params.confidence
-        parts = []
+        currents = []
         for s in self.states:
             # A state whose pairs all converged reports frozen scores: no final fit needed.
             # Neither after a Stop: the person wants the scores as they stand, now (a final
-            # probe fit took longer than the block in flight).
+            # probe fit took longer than the block in flight; one under way stops early).
             if final and not self._cancel and not s.converged.all():
-                current = s.measure.result(s.accumulator, confidence)
+                currents.append(s.measure.result(s.accumulator, confidence))
             else:
-                current = s.measure.peek(s.accumulator, confidence)
-            parts.append(s.rows(current, self.hids, self.progress.records_read, complete))
+                currents.append(s.measure.peek(s.accumulator, confidence))
+        complete = final and self._read_to_end and not self._cancel  # after: a Stop may come
+        parts = [
+            s.rows(current, self.hids, self.progress.records_read, complete)
+            for s, current in zip(self.states, currents, strict=True)
+        ]
         return pl.concat(parts, how="vertical")
 
 

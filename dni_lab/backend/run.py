@@ -79,7 +79,8 @@ class Run:
 
     def cancel(self) -> None:
         """Stop after the block in flight; the frame stays consistent, unconverged pairs
-        marked ``converged=False``."""
+        marked ``converged=False``. A probe being fitted stops at its next Newton step
+        (well under a second on the demo), keeping the block's data."""
         self.inspection.cancel()
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -23,6 +23,7 @@ import torch
 
 from ..engine import Inspection
 from ..errors import DNIError
+from ..measures.base import stop_check
 from ..provenance import RecordsHash
 from .connect import WorkerShape, connect, worker_error, worker_shape
 from .shards import Block, InOrder, Shard, fork, forkable
@@ -236,7 +237,8 @@ class _Pool:
             if new is None:  # a model with nothing left to score was skipped
                 continue
             if isinstance(new, Block):  # a measure that does not merge exactly
-                s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
+                with stop_check(lambda: insp._cancel):
+                    s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
             else:
                 s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 

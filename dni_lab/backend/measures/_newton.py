@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.functional import softplus
 
+from .base import stop_requested
+
 SMOOTH = 1e-3  # ε of the smoothed absolute value, on standardised units
 # Logits are clipped here: beyond it a row's loss is < 1e-13 and further growth changes
 # nothing, while the losses and curvatures of separable rows would otherwise become
@@ -119,7 +121,7 @@ def newton(
     H_all = torch.empty(int(p.col_out.max()) + 1, d, d, device=X.device)
     stale = refresh  # steps since the Hessians were built: build them first
     for _ in range(iters):
-        if len(active) == 0:
+        if len(active) == 0 or stop_requested():  # a Stop acts within a step, not a block
             break
         Wa, Za, Fa, lam = W[:, active], Z[:, active], F[active], p.lam[active]
         P = torch.sigmoid(Za.clamp(-CLIP, CLIP))
@@ -134,6 +136,8 @@ def newton(
         diag = torch.zeros(len(active), d, device=X.device)
         diag[:, 1:] = (lam * SMOOTH**2 / root**3).T  # the smoothed penalty's curvature
         diag += (mu[active] * g.norm(dim=0).sqrt() + 1e-8)[:, None]
+        if stop_requested():  # the Hessians took a while: check before the step
+            break
         L, _ = torch.linalg.cholesky_ex(H_all[p.col_out[active]] + torch.diag_embed(diag))
         step = -torch.cholesky_solve(g.T[:, :, None], L).squeeze(2).T
         slope = (g * step).sum(0)
@@ -143,7 +147,7 @@ def newton(
         Fn = objective(p, active, Zn, Wn)
         for _ in range(6):  # Armijo, per column; only failing columns are recomputed
             bad = (Fn > Fa + 1e-4 * t * slope).nonzero().squeeze(1)
-            if len(bad) == 0:
+            if len(bad) == 0 or stop_requested():  # columns that got worse are undone below
                 break
             t[bad] *= 0.25
             Wn[:, bad] = Wa[:, bad] + t[bad] * step[:, bad]

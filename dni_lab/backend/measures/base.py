@@ -13,6 +13,9 @@ sizes) use the record axis; the rest flatten ``U[mask]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +34,33 @@ __all__ = [
     "StateShape",
     "flatten_block",
     "kind_mask",
+    "stop_check",
+    "stop_requested",
 ]
+
+# Set by the engine while it folds a block, so that a long update can give way to a Stop.
+_STOP: ContextVar[Callable[[], bool] | None] = ContextVar("dni_lab_stop", default=None)
+
+
+def stop_requested() -> bool:
+    """True when the run folding the current block has been asked to stop.
+
+    A measure whose update or result optimises (the probes) polls it between steps and
+    returns early, so a Stop acts within a step instead of a block. The state must still
+    hold the block's data: stopping only leaves the fit less far along.
+    """
+    check = _STOP.get()
+    return check is not None and check()
+
+
+@contextmanager
+def stop_check(check: Callable[[], bool]) -> Iterator[None]:
+    """Answer :func:`stop_requested` with ``check`` inside the block (the engine's side)."""
+    token = _STOP.set(check)
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
 
 @dataclass
 class MeasureResult:
@@ -132,7 +161,11 @@ class Measure:
         )
 
     def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Any:
-        """Fold one block into ``state`` and return the state."""
+        """Fold one block into ``state`` and return the state.
+
+        An update that optimises may poll :func:`stop_requested` and stop early; it must
+        still fold the block's data into the state.
+        """
         raise NotImplementedError
 
     def merge(self, a: Any, b: Any) -> Any:

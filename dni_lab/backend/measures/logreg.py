@@ -22,7 +22,7 @@ import torch
 
 from ._common import kind_reasons, new_reasons, set_reason
 from ._newton import SMOOTH, Problem, initial_weights, newton
-from .base import HypothesisInfo, Measure, MeasureResult
+from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
 
 @dataclass
@@ -120,11 +120,13 @@ class LogReg(Measure):
         key = torch.rand(len(X), generator=state.gen).to(X.device)
         _append(state, X, Y, rec % self.folds, key, self.max_rows)
         state.n_records += R
-        if len(state.X) == 0:
+        if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
         Xs = self._design(state)
         first = state.damping is None
         state.W, state.damping = self._solve(state, Xs, state.W, self.steps_per_block, None, first)
+        if stop_requested():  # the F1 of a fit cut short would be read as this block's
+            return state
         f1 = self._cv_f1(state, Xs, state.W)
         state.history.append((state.n_records, f1))
         return state
