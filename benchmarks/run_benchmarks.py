@@ -788,6 +788,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated items to skip: inspect, postgres, logreg, memory",
     )
     ap.add_argument("--records", type=int, help="override the number of records")
+    ap.add_argument(
+        "--out", type=Path, help="result file (default: benchmarks/results/<name>.json)"
+    )
     ap.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
@@ -808,12 +811,12 @@ def main(argv: list[str] | None = None) -> int:
             f"  WARNING: load average {load:.1f} on {os.cpu_count()} cores: other processes "
             "competed for the CPU, absolute times are inflated and ratios noisy."
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = args.out or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(res, indent=2, default=str))
     tmp.replace(path)
-    print(f"\nwrote {path.relative_to(REPO)} (total {res['total_s']:.1f} s)")
+    print(f"\nwrote {path} (total {res['total_s']:.1f} s)")
     return 0
 
 
