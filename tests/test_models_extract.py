@@ -135,6 +135,75 @@ def test_unknown_layer_suggests_and_positions(char_model):
         char_model.resolve_layer(7)
 
 
+class Hook(nn.Identity):
+    """A named identity, as TransformerLens' hook points are."""
+
+
+class BridgedBlock(nn.Module):
+    """A block wrapped the way a TransformerLens 4 bridge wraps one: the same hook module
+    is registered twice (on the wrapper and inside ``_original_component``) and is also
+    reachable under a legacy alias that is an attribute, not a registered name."""
+
+    def __init__(self):
+        super().__init__()
+        self._original_component = nn.Module()
+        self._original_component.lin = nn.Linear(8, 8)
+        self._original_component.hook_out = self.hook_out = Hook()
+
+    @property
+    def hook_resid_post(self) -> nn.Module:
+        return self.hook_out
+
+    def forward(self, h):
+        return self.hook_out(h + torch.tanh(self._original_component.lin(h)))
+
+
+class Bridged(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(len("abcdefghij()+*") + 1, 8)
+        self.blocks = nn.ModuleList([BridgedBlock(), BridgedBlock()])
+
+    def forward(self, x):
+        h = self.embed(x)
+        for b in self.blocks:
+            h = b(h)
+        return h
+
+
+def test_a_module_under_several_names_is_listed_once_and_aliases_resolve():
+    torch.manual_seed(5)
+    model = dl.Model(Bridged(), encode=encode_chars, name="bridged")
+    assert "blocks.1.hook_out" in model.layers
+    assert not any(n.endswith("_original_component.hook_out") for n in model.layers)
+    assert len(model.layers) == len({id(model._module(n)) for n in model.layers})
+    assert model.resolve_layer("blocks.1.hook_resid_post") == "blocks.1.hook_out"
+    recs = random_records(40, seed=5)
+
+    @dl.hypothesis
+    def paren(r):
+        return [c in "()" for c in r]
+
+    by_alias = dl.inspect(model, [paren], ["corr"], recs,
+                          units=[("blocks.1.hook_resid_post", "*")], eps=None)
+    by_name = dl.inspect(model, [paren], ["corr"], recs,
+                         units=[("blocks.1.hook_out", "*")], eps=None)
+    assert by_alias["layer"].unique().to_list() == ["blocks.1.hook_out"]
+    np.testing.assert_allclose(by_alias["unit_score"].to_numpy(), by_name["unit_score"].to_numpy())
+    with pytest.raises(dl.LayerError, match="'blocks.1.hook_out'"):  # a typo still suggests
+        model.resolve_layer("blocks.1.hook_ot")
+    with pytest.raises(dl.LayerError):  # an attribute that is not a module is not a layer
+        model.resolve_layer("blocks.1.training")
+
+
+def test_unknown_layer_lists_a_bounded_number_of_layers():
+    net = nn.Sequential(*[nn.Linear(4, 4) for _ in range(80)])
+    with pytest.raises(dl.LayerError) as e:
+        dl.Model(net).resolve_layer("nope")
+    msg = str(e.value)
+    assert "'29'" in msg and "'30'" not in msg and "50 more: model.addresses" in msg
+
+
 def test_layer_widths_probe_once_and_cached(char_model):
     calls = []
     encode = char_model.encode

@@ -24,6 +24,8 @@ from .behavior_memo import BehaviorMemo
 from .errors import DNIError, LayerError, did_you_mean
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: Addresses an unknown-layer error lists before it points to ``model.addresses``.
+_LISTED = 30
 _SUB = re.compile(r"^(?P<base>.+?)\.l(?P<k>\d+)(?P<cell>\.cell)?$|^(?P<base2>.+?)\.cell$")
 _ids = itertools.count()
 
@@ -126,8 +128,16 @@ class Model:
         A module whose only child-free parent is the root is listed under its own
         name; the root itself is ``""`` when the model is a single leaf module.
         """
-        names = [n for n, m in self.module.named_modules() if n and not isinstance(m, _CONTAINERS)]
-        return names or [""]
+        # A module registered under several paths (a TransformerLens 4 bridge nests each
+        # hook under wrapper paths too) is listed once, where it first appears, under its
+        # shortest path: the one its library documents.
+        best: dict[int, str] = {}
+        for n, m in self.module.named_modules(remove_duplicate=False):
+            if n and not isinstance(m, _CONTAINERS):
+                old = best.get(id(m))
+                if old is None or (n.count("."), len(n)) < (old.count("."), len(old)):
+                    best[id(m)] = n
+        return list(best.values()) or [""]
 
     @property
     def addresses(self) -> list[str]:
@@ -160,12 +170,37 @@ class Model:
                     f"{layer} is out of range. Layers by position: {pos}."
                 )
             return pos[int(layer)]
-        if layer in self.addresses:
+        addresses = self.addresses
+        if layer in addresses:
             return layer
+        alias = self._alias(layer)
+        if alias in addresses:
+            return alias
+        shown = ", ".join(repr(a) for a in addresses[:_LISTED])
+        if len(addresses) > _LISTED:
+            shown += f", ... ({len(addresses) - _LISTED} more: model.addresses lists them all)"
         raise LayerError(
-            f"model {self.name!r} has no layer {layer!r}.{did_you_mean(layer, self.addresses)} "
-            f"Available layers: {', '.join(repr(a) for a in self.addresses)}."
+            f"model {self.name!r} has no layer {layer!r}.{did_you_mean(layer, addresses)} "
+            f"Available layers: {shown}."
         )
+
+    def _alias(self, layer: str) -> str | None:
+        """The address of the module that attribute path ``layer`` reaches, if it has one.
+
+        Libraries expose one module under several names: a TransformerLens 4
+        bridge answers ``blocks.0.hook_resid_post`` with the hook point it
+        registered as ``blocks.0.hook_out``. Hooks go on the registered module, so
+        the alias resolves to that module's address.
+        """
+        obj: Any = self.module
+        try:
+            for part in layer.split("."):
+                obj = getattr(obj, part)
+        except Exception:  # a property that raises is not an alias either
+            return None
+        if not isinstance(obj, nn.Module):
+            return None
+        return next((n for n in self.layers if self._module(n) is obj), None)
 
     def _module(self, name: str) -> nn.Module:
         return self.module.get_submodule(name) if name else self.module
