@@ -135,6 +135,11 @@ def test_unknown_layer_suggests_and_positions(char_model):
         char_model.resolve_layer(7)
 
 
+@dl.hypothesis(name="paren")
+def paren_hyp(r):
+    return [c in "()" for c in r]
+
+
 class Hook(nn.Identity):
     """A named identity, as TransformerLens' hook points are."""
 
@@ -148,6 +153,7 @@ class BridgedBlock(nn.Module):
         super().__init__()
         self._original_component = nn.Module()
         self._original_component.lin = nn.Linear(8, 8)
+        self._original_component.ln = nn.LayerNorm(8)  # kept by the wrapper, never called
         self._original_component.hook_out = self.hook_out = Hook()
 
     @property
@@ -179,14 +185,9 @@ def test_a_module_under_several_names_is_listed_once_and_aliases_resolve():
     assert len(model.layers) == len({id(model._module(n)) for n in model.layers})
     assert model.resolve_layer("blocks.1.hook_resid_post") == "blocks.1.hook_out"
     recs = random_records(40, seed=5)
-
-    @dl.hypothesis
-    def paren(r):
-        return [c in "()" for c in r]
-
-    by_alias = dl.inspect(model, [paren], ["corr"], recs,
+    by_alias = dl.inspect(model, [paren_hyp], ["corr"], recs,
                           units=[("blocks.1.hook_resid_post", "*")], eps=None)
-    by_name = dl.inspect(model, [paren], ["corr"], recs,
+    by_name = dl.inspect(model, [paren_hyp], ["corr"], recs,
                          units=[("blocks.1.hook_out", "*")], eps=None)
     assert by_alias["layer"].unique().to_list() == ["blocks.1.hook_out"]
     np.testing.assert_allclose(by_alias["unit_score"].to_numpy(), by_name["unit_score"].to_numpy())
@@ -194,6 +195,34 @@ def test_a_module_under_several_names_is_listed_once_and_aliases_resolve():
         model.resolve_layer("blocks.1.hook_ot")
     with pytest.raises(dl.LayerError):  # an attribute that is not a module is not a layer
         model.resolve_layer("blocks.1.training")
+
+
+def test_default_units_skip_layers_the_forward_pass_never_calls():
+    model = dl.Model(Bridged(), encode=encode_chars, name="bridged")
+    assert "blocks.0._original_component.ln" in model.positional_layers()
+    frame = dl.inspect(model, [paren_hyp], ["corr"], random_records(20, seed=6), eps=None)
+    layers = set(frame["layer"].unique().to_list())
+    assert "blocks.0._original_component.lin" in layers and "embed" in layers
+    assert not any(a.endswith(".ln") for a in layers)
+    with pytest.raises(dl.LayerError, match="produced no tensor"):  # asked for, it is an error
+        dl.inspect(model, [paren_hyp], ["corr"], random_records(20, seed=6),
+                   units=[("blocks.0._original_component.ln", "*")])
+
+
+class TLBridged(Bridged):
+    """What TransformerLens models have in common: a hook registry and a list of blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.hook_dict = {}
+
+
+def test_a_transformer_lens_model_defaults_to_its_residual_stream_and_counts_blocks():
+    model = dl.Model(TLBridged(), encode=encode_chars, name="tl")
+    assert model.positional_layers() == ["blocks.0.hook_out", "blocks.1.hook_out"]
+    assert model.resolve_layer(1) == "blocks.1.hook_out"
+    frame = dl.inspect(model, [paren_hyp], ["corr"], random_records(20, seed=7), eps=None)
+    assert sorted(frame["layer"].unique().to_list()) == ["blocks.0.hook_out", "blocks.1.hook_out"]
 
 
 def test_unknown_layer_lists_a_bounded_number_of_layers():

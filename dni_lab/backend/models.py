@@ -22,8 +22,8 @@ from torch import nn
 
 from .behavior_memo import BehaviorMemo
 from .errors import DNIError, LayerError, did_you_mean
+from .module_names import alias_target, layer_names, residual_hooks
 
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 #: Addresses an unknown-layer error lists before it points to ``model.addresses``.
 _LISTED = 30
 _SUB = re.compile(r"^(?P<base>.+?)\.l(?P<k>\d+)(?P<cell>\.cell)?$|^(?P<base2>.+?)\.cell$")
@@ -125,19 +125,11 @@ class Model:
     def layers(self) -> list[str]:
         """Module addresses, in ``named_modules()`` order (containers left out).
 
-        A module whose only child-free parent is the root is listed under its own
-        name; the root itself is ``""`` when the model is a single leaf module.
+        A module registered under several paths is listed once, under its shortest
+        (see :mod:`~dni_lab.backend.module_names`); the root itself is ``""`` when the
+        model is a single leaf module.
         """
-        # A module registered under several paths (a TransformerLens 4 bridge nests each
-        # hook under wrapper paths too) is listed once, where it first appears, under its
-        # shortest path: the one its library documents.
-        best: dict[int, str] = {}
-        for n, m in self.module.named_modules(remove_duplicate=False):
-            if n and not isinstance(m, _CONTAINERS):
-                old = best.get(id(m))
-                if old is None or (n.count("."), len(n)) < (old.count("."), len(old)):
-                    best[id(m)] = n
-        return list(best.values()) or [""]
+        return layer_names(self.module)
 
     @property
     def addresses(self) -> list[str]:
@@ -154,7 +146,14 @@ class Model:
         return out
 
     def positional_layers(self) -> list[str]:
-        """Layers with parameters of their own, the order positions refer to (0-based)."""
+        """Layers with parameters of their own, the order positions refer to (0-based).
+
+        A TransformerLens model (it has ``hook_dict`` and ``blocks``) counts its blocks
+        instead, each by its residual stream after the block, as Hugging Face models do.
+        """
+        resid = residual_hooks(self.module, self.layers)
+        if resid:
+            return resid
         own = [
             n for n in self.layers if any(True for _ in self._module(n).parameters(recurse=False))
         ]
@@ -173,7 +172,7 @@ class Model:
         addresses = self.addresses
         if layer in addresses:
             return layer
-        alias = self._alias(layer)
+        alias = alias_target(self.module, self.layers, layer)
         if alias in addresses:
             return alias
         shown = ", ".join(repr(a) for a in addresses[:_LISTED])
@@ -183,24 +182,6 @@ class Model:
             f"model {self.name!r} has no layer {layer!r}.{did_you_mean(layer, addresses)} "
             f"Available layers: {shown}."
         )
-
-    def _alias(self, layer: str) -> str | None:
-        """The address of the module that attribute path ``layer`` reaches, if it has one.
-
-        Libraries expose one module under several names: a TransformerLens 4
-        bridge answers ``blocks.0.hook_resid_post`` with the hook point it
-        registered as ``blocks.0.hook_out``. Hooks go on the registered module, so
-        the alias resolves to that module's address.
-        """
-        obj: Any = self.module
-        try:
-            for part in layer.split("."):
-                obj = getattr(obj, part)
-        except Exception:  # a property that raises is not an alias either
-            return None
-        if not isinstance(obj, nn.Module):
-            return None
-        return next((n for n in self.layers if self._module(n) is obj), None)
 
     def _module(self, name: str) -> nn.Module:
         return self.module.get_submodule(name) if name else self.module

@@ -190,7 +190,15 @@ def resolve_units(
         offsets[addr] = total
         total += widths.get(addr, 0)
     if not groups_spec:
-        groups_spec = [[(a, "*")] for a in model.positional_layers()]
+        # Defaults skip layers the forward pass never calls (a wrapper that keeps the
+        # original module but runs its own code): only a requested layer must produce output.
+        groups_spec = [[(a, "*")] for a in model.positional_layers() if a in widths]
+        if not groups_spec:
+            raise LayerError(
+                f"no layer of model {model.name!r} with parameters produced a tensor in a probe "
+                f"pass; name the units, e.g. units=[(address, '*')] with an address from "
+                f"model.addresses."
+            )
     cols: dict[tuple[str, int], int] = {}
     layer_units: dict[str, list[int]] = {}
     groups = []
