@@ -37,7 +37,9 @@ records = random_records(6000)
 
 @dl.hypothesis
 def paren(r):
-    time.sleep(0.002)  # slow enough that a person sees the run stream block by block
+    # slow enough that a person sees the run stream block by block, and that the run (30 s
+    # of sleeps alone) is still going when the test presses Stop after its UI checks
+    time.sleep(0.005)
     return [c in "()" for c in r]
 
 @dl.hypothesis(kind="continuous")
