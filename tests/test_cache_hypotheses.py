@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 
 import numpy as np
@@ -116,6 +117,35 @@ def test_memory_lru_is_bounded_in_bytes(tmp_path):
         c.put("fp", str(i), np.zeros((500, 1), np.float32))  # 2000 bytes each
     assert c.nbytes <= 10_000
     assert c.get("fp", "0") is None and c.get("fp", "9") is not None
+
+
+def _disk_bytes(directory) -> int:
+    return sum(p.stat().st_size for p in directory.glob("*/*") if p.suffix in (".npy", ".json"))
+
+
+def test_disk_store_keeps_to_its_budget_dropping_least_recently_used(tmp_path):
+    entry = np.zeros((1000, 1), np.float32)  # 4,000 bytes of data, about 4.2 kB on disk
+    c = HypothesisCache(tmp_path, max_bytes=0, max_disk_bytes=30_000)  # every read from disk
+    for i in range(5):
+        c.put("fp", f"k{i}", entry)
+    for i in range(5):  # k0 oldest ... k4 newest, a second apart whatever the clock's grain
+        os.utime(tmp_path / "fp" / f"k{i}.npy", (1_000_000 + i, 1_000_000 + i))
+    assert c.get("fp", "k0") is not None  # a read makes k0 the most recently used
+    for i in range(5, 9):
+        c.put("fp", f"k{i}", entry)
+        assert _disk_bytes(tmp_path) <= 30_000
+    kept = {p.stem for p in tmp_path.glob("fp/*.npy")}
+    assert "k0" in kept and "k1" not in kept and "k8" in kept
+    assert {p.stem for p in tmp_path.glob("fp/*.json")} == kept  # no orphan sidecars
+    assert c.get("fp", "k1") is None  # an evicted entry is a miss, recomputed by its run
+
+
+def test_a_cache_directory_named_twice_is_one_cache(tmp_path):
+    from dni_lab.backend.resolve import as_cache
+
+    first = as_cache(tmp_path / "c")
+    assert as_cache(str(tmp_path / "c")) is first  # its memory layer serves the next call
+    assert as_cache(tmp_path / "other") is not first
 
 
 def test_corrupt_disk_entry_is_recomputed_with_warning(tmp_path):

@@ -276,8 +276,9 @@ def _corrupt_entries_are_recomputed(tmp_path):
     npy = metas[-1].with_suffix(".npy")
     npy.unlink()
     npy.mkdir()  # once an IsADirectoryError on every rerun
+    # a new process: cache=tmp_path again would be served by this process's memory layer
     with pytest.warns(UserWarning, match="(?i)corrupt|recomput|remov"):
-        again = _inspect(cache=tmp_path)
+        again = _inspect(cache=dl.HypothesisCache(tmp_path))
     assert again.equals(ref)
 
 

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from . import cache_budget
+
 
 def default_cache_dir() -> Path:
     """``$DNI_LAB_CACHE`` or ``~/.cache/dni_lab/hypotheses``."""
@@ -115,6 +117,9 @@ class HypothesisCache:
         keeps the cache in memory only.
     max_bytes : int
         Bound on the in-memory LRU (64 MiB by default).
+    max_disk_bytes : int
+        Bound on the disk store (4 GiB, or ``$DNI_LAB_CACHE_MAX_GB``); least recently
+        used entries are removed past it (see :mod:`~dni_lab.backend.cache_budget`).
 
     Attributes
     ----------
@@ -125,10 +130,15 @@ class HypothesisCache:
     """
 
     def __init__(
-        self, directory: str | os.PathLike | bool | None = None, max_bytes: int = MEMORY_BYTES
+        self,
+        directory: str | os.PathLike | bool | None = None,
+        max_bytes: int = MEMORY_BYTES,
+        max_disk_bytes: int = cache_budget.DEFAULT_DISK_BYTES,
     ):
         self.directory = None if directory is False else Path(directory or default_cache_dir())
         self.max_bytes = max_bytes
+        self.max_disk_bytes = max_disk_bytes
+        self._unchecked = max_disk_bytes  # bytes written since the store was last summed
         self._mem: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -227,13 +237,21 @@ class HypothesisCache:
         meta = {"sha256": hashlib.sha256(blob).hexdigest(), "shape": list(values.shape)}
         _atomic_write(data_path, blob)
         _atomic_write(meta_path, json.dumps(meta).encode())
+        # Summing the store costs a directory scan: do it on the first write, then
+        # whenever this cache alone may have filled a tenth of the budget.
+        self._unchecked += len(blob)
+        if self._unchecked >= self.max_disk_bytes // 10:
+            self._unchecked = 0
+            cache_budget.enforce(self.directory, self.max_disk_bytes)
 
     def _load(self, fp: str, key: str) -> np.ndarray | None:
         if self.directory is None:
             return None
         data_path, meta_path = self._paths(fp, key)
         try:
-            return _read_entry(data_path, meta_path)
+            arr = _read_entry(data_path, meta_path)
+            cache_budget.touch(data_path)
+            return arr
         except FileNotFoundError:  # no entry, or another process cleared it mid-read
             return None
         except PermissionError as exc:
@@ -317,3 +335,15 @@ def _atomic_write(path: Path, blob: bytes) -> None:
 
 # The process-wide cache used when ``dl.inspect(cache=None)``; created on first use.
 DEFAULT: HypothesisCache | None = None
+
+_AT: dict[str, HypothesisCache] = {}
+
+
+def cache_at(directory: str | os.PathLike) -> HypothesisCache:
+    """The process's cache stored in ``directory``: one per directory, so that its
+    memory layer serves every later call naming it, not just one."""
+    key = str(Path(directory).expanduser().resolve())
+    cache = _AT.get(key)
+    if cache is None or cache.directory is None:  # new, or fell back to memory: try the disk
+        cache = _AT[key] = HypothesisCache(directory=key)
+    return cache

@@ -17,7 +17,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from .cache import HypothesisCache
+from .cache import HypothesisCache, cache_at
 from .errors import DNIError, HypothesisError, LayerError, MeasureError, did_you_mean
 from .extract import as_indices
 from .frames import UnitLabels
@@ -289,4 +289,4 @@ def as_cache(cache: Any) -> HypothesisCache | None:
         if cache_mod.DEFAULT is None:
             cache_mod.DEFAULT = HypothesisCache()
         return cache_mod.DEFAULT
-    return HypothesisCache(directory=cache)
+    return cache_at(cache)
