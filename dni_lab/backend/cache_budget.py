@@ -35,13 +35,15 @@ def _entries(directory: Path) -> list[tuple[float, int, Path]]:
     """``(last use, bytes of data and sidecar, data path)`` of every complete entry."""
     out = []
     for data in directory.glob("*/*.npy"):
-        meta = data.with_suffix(".json")
         try:
             st = data.stat()
-            size = st.st_size + (meta.stat().st_size if meta.exists() else 0)
         except OSError:  # removed by another process meanwhile
             continue
-        out.append((st.st_mtime, size, data))
+        try:
+            meta_size = data.with_suffix(".json").stat().st_size
+        except OSError:  # a sidecar not yet written, or already removed
+            meta_size = 0
+        out.append((st.st_mtime, st.st_size + meta_size, data))
     return out
 
 

@@ -151,13 +151,12 @@ class Model:
         A TransformerLens model (it has ``hook_dict`` and ``blocks``) counts its blocks
         instead, each by its residual stream after the block, as Hugging Face models do.
         """
-        resid = residual_hooks(self.module, self.layers)
+        layers = self.layers
+        resid = residual_hooks(self.module, layers)
         if resid:
             return resid
-        own = [
-            n for n in self.layers if any(True for _ in self._module(n).parameters(recurse=False))
-        ]
-        return own or self.layers
+        own = [n for n in layers if any(True for _ in self._module(n).parameters(recurse=False))]
+        return own or layers
 
     def resolve_layer(self, layer: str | int) -> str:
         """The address named by ``layer`` (an address or a 0-based position)."""
