@@ -81,7 +81,7 @@ def test_background_inspect_cell(tmp_path, shots, app):
     suffix = "" if app == "jupyterlab" else "_nb7"
     with jupyter_lab(tmp_path, app=app) as server, chromium_page() as page:
         try:
-            _drive(page, server, shots, suffix)
+            _drive(page, server, nb, shots, suffix)
             _check_saved(nb)
             _reopen_elsewhere(page, server, nb, shots, suffix)
         except BaseException:
@@ -90,7 +90,7 @@ def test_background_inspect_cell(tmp_path, shots, app):
             raise
 
 
-def _drive(page, server: str, shots: Path, suffix: str) -> None:
+def _drive(page, server: str, nb: Path, shots: Path, suffix: str) -> None:
     open_notebook(page, server, "magic.ipynb")
     run_cell(page, 0)
     wait_idle(page)
@@ -157,9 +157,36 @@ def _drive(page, server: str, shots: Path, suffix: str) -> None:
     wait_idle(page, 120)
     run_cell(page, 5)
     wait_idle(page)
-    page.locator(".dni-table-panel").last.wait_for(timeout=30_000)
-    page.keyboard.press("Control+s")
-    page.wait_for_timeout(1500)
+    # cell 5's own panel: `.last` would match cell 4's until cell 5's output arrives
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(5)
+    cell.locator(".dni-table-panel").wait_for(timeout=30_000)
+    _save(page, nb)
+
+
+def _save(page, nb: Path, timeout: float = 30.0) -> None:
+    """Ctrl+S, then wait until the file on disk holds the three panels' snapshots (a save
+    takes longer than any fixed pause on a loaded machine); press again if one was lost."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.keyboard.press("Control+s")
+        pressed = time.monotonic()
+        while time.monotonic() < min(pressed + 5, deadline):
+            if not _missing_snapshots(nb):
+                return
+            time.sleep(0.25)
+    raise AssertionError(f"saved notebook: no snapshot in cells {_missing_snapshots(nb)}")
+
+
+def _missing_snapshots(nb: Path) -> list[int]:
+    try:
+        cells = json.loads(nb.read_text())["cells"]
+    except (OSError, ValueError):  # read while the server writes it
+        return [1, 4, 5]
+    return [i for i in (1, 4, 5) if not _html_outputs(cells[i])]
+
+
+def _html_outputs(cell: dict) -> list[dict]:
+    return [o for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
 
 
 def _reopen_elsewhere(page, server: str, nb: Path, shots: Path, suffix: str) -> None:
@@ -181,7 +208,7 @@ def _reopen_elsewhere(page, server: str, nb: Path, shots: Path, suffix: str) -> 
     (nb.parent / "copy.ipynb").write_text(json.dumps(copy))
     page.goto("about:blank")
     open_notebook(page, server, "copy.ipynb", reset=True)
-    page.wait_for_selector(".dni-snapshot", timeout=30_000)
+    page.locator(".dni-snapshot").nth(2).wait_for(timeout=30_000)  # outputs render one by one
     page.wait_for_timeout(2500)  # the widget manager has given up on the models by now
     assert page.locator(".dni-snapshot").count() == 3
     assert "model not found" not in page.locator(".jp-Notebook").inner_text()
@@ -194,7 +221,7 @@ def _check_saved(nb: Path) -> None:
     cells = json.loads(nb.read_text())["cells"]
     html = {}
     for i in (1, 4, 5):
-        (out,) = [o for o in cells[i]["outputs"] if "text/html" in o.get("data", {})][:1]
+        (out,) = _html_outputs(cells[i])[:1]
         html[i] = "".join(out["data"]["text/html"])
         plain = "".join(out["data"]["text/plain"])
         assert "0 of 0 rows" not in plain, plain
