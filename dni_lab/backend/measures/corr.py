@@ -153,11 +153,12 @@ class Corr(Measure):
     def update(self, state: CorrState, U, H, mask):
         if not bool(mask.any()):
             return state
-        # Shifting by a running mean keeps float32 products as accurate as centered ones.
-        if float(state.n) > 0:
-            su, sh = state.total.mean_u, state.total.mean_h
-        else:
-            su, sh = U[mask].mean(0).to(_F64), H[mask].to(U.dtype).mean(0).to(_F64)
+        # Shifting by an approximate mean keeps float32 products as accurate as centered
+        # ones. The shift is the block's own mean, never the running one: the float32
+        # rounding of a block's moments then depends on the block alone, so states that
+        # read blocks apart (cluster shards) merge to what one state reading them gives,
+        # to float64 rounding (a running-mean shift made them differ by up to 1e-5).
+        su, sh = _block_mean(U, mask), _block_mean(H.to(U.dtype), mask)
         m = mask[..., None].to(U.dtype)
         Ud = U - su.to(U.dtype)
         if not bool(mask.all()):
@@ -240,6 +241,19 @@ class Corr(Measure):
         err = stdtrit(k - 1, 0.5 + confidence / 2) * np.sqrt(var)
         err[~np.isfinite(r)] = np.nan
         return err
+
+
+def _block_mean(X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the real symbols of ``X`` ``(R, T, D)`` as float64 ``(D,)`` (padding ignored).
+
+    A matrix-vector product with the mask reads the block once without gathering a copy
+    (padding must be finite, as ``update`` already assumes when it zeroes it).
+    """
+    flat = X.reshape(-1, X.shape[-1])
+    if bool(mask.all()):
+        return flat.mean(0).to(_F64)
+    m = mask.reshape(-1).to(X.dtype)
+    return (torch.mv(flat.T, m) / m.sum()).to(_F64)
 
 
 def _sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
