@@ -8,6 +8,10 @@ is evaluated as written, then pooled over each token's character span:
 * ``"mean"``: the mean over its characters,
 * ``"any"``: the maximum (for 0/1 signals: 1 if any character is 1).
 
+A token whose span is empty (a whitespace token trimmed to nothing) takes no
+character's value: 0 with ``"any"``, else the nearest preceding token's value
+(:func:`pool_spans` says why and gives the edge cases).
+
 The pooling is chosen per hypothesis kind (binary → any, continuous → mean,
 categorical → first by default). Its level is read from the output's length:
 as many values as characters, words, or tokens (already token-level, kept).
@@ -36,14 +40,39 @@ _WORD = re.compile(r"\S+")
 def pool_spans(values: np.ndarray, spans: list[tuple[int, int]], how: str) -> np.ndarray:
     """Pool ``(n_chars, k)`` values over each span: ``(len(spans), k)``.
 
-    An empty span (a token that covers no character, e.g. a lone space byte)
-    takes the value of the character at its start.
+    Parameters
+    ----------
+    values : np.ndarray
+        ``(n_chars, k)``: one row per character (or word) of the record.
+    spans : list of (int, int)
+        Each token's ``[start, end)`` span over those rows.
+    how : {"first", "last", "mean", "any"}
+        The pooling (see the module docstring).
+
+    Returns
+    -------
+    np.ndarray
+        ``(len(spans), k)`` float32, one row per token.
+
+    Notes
+    -----
+    An *empty* span (a token that covers no character, e.g. a byte-level BPE's lone
+    ``Ġ`` whose offset the tokenizer trimmed to ``(2, 2)``) takes no character's
+    value. With ``"any"`` it is 0: any over nothing is false. With ``"first"``,
+    ``"last"`` and ``"mean"`` there is no value to take; NaN ("no value") cannot
+    flow, since hypothesis values must be finite and the measures mask symbols,
+    not single values. So such a token repeats the pooled value of the nearest
+    *preceding* non-empty token (the nearest following one when it opens the
+    record), and is 0 when no token of the record covers a character.
     """
     n = len(values)
-    out = np.empty((len(spans), values.shape[1]), dtype=np.float32)
+    out = np.zeros((len(spans), values.shape[1]), dtype=np.float32)
+    covered = np.zeros(len(spans), dtype=bool)
     for j, (s, e) in enumerate(spans):
-        s = min(s, n - 1)
-        e = max(min(e, n), s + 1)
+        s, e = max(s, 0), min(e, n)
+        if e <= s:
+            continue  # empty: filled below, never from the next character
+        covered[j] = True
         seg = values[s:e]
         if how == "first":
             out[j] = seg[0]
@@ -53,6 +82,11 @@ def pool_spans(values: np.ndarray, spans: list[tuple[int, int]], how: str) -> np
             out[j] = seg.mean(0)
         else:
             out[j] = seg.max(0)
+    if how != "any" and covered.any() and not covered.all():
+        # index of the last covered token at or before each token; leading empties
+        # (no covered token before them) take the first covered one
+        last = np.maximum.accumulate(np.where(covered, np.arange(len(spans)), -1))
+        out = out[np.where(last < 0, int(np.argmax(covered)), last)]
     return out
 
 
@@ -104,10 +138,11 @@ class AlignedFamily(HypothesisFamily):
             )
         values = evaluate_family(_Given(self.family, raw), record, n, -1)
         if level == "word":
-            # a token belongs to the word its first character falls in
+            # a token belongs to the word its first character falls in; an empty
+            # span stays empty (it covers no character, so no word either)
             starts = np.asarray([s for s, _ in words])
             at = np.maximum(np.searchsorted(starts, [s for s, _ in spans], "right") - 1, 0)
-            spans = [(int(w), int(w) + 1) for w in at]
+            spans = [(int(w), int(w) + int(e > s)) for w, (s, e) in zip(at, spans, strict=True)]
         cols = []
         for k, sig in enumerate(self.signals()):
             how = self.model.pool[self.family.kind_of(sig)]
