@@ -86,6 +86,7 @@ class HFModel(Model):
         self._blocks, self._n_blocks = names.find_blocks(module)
         self._tokenizer_hash = tokenizer_hash(tokenizer)
         self._positions = _positions_from_arange(module)
+        self._heads = names.head_shape(config)
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._index: torch.Tensor | None = None
         self._count: torch.Tensor | None = None
@@ -166,8 +167,16 @@ class HFModel(Model):
         return _input_device(self.module).type in ("cpu", "meta")
 
     def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
-        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device."""
+        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device.
+
+        A per-token, per-head map ``(R, T_tokens, heads, head_dim)`` (Qwen3's and
+        Gemma3's ``q_norm`` / ``k_norm``) is read head-major as ``heads × head_dim``
+        units, as ``hook_z`` is, and so is ``(R, heads, T_tokens, head_dim)`` (Gemma3
+        normalizes after the transpose); other maps (attention weights) are left as they are.
+        """
         idx = self._index
+        if t.dim() == 4:
+            t = names.token_major(t, self._n_tokens, *self._heads)
         if idx is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
             return t  # not one row per token (a pooled or per-head map): left as it is
         if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
@@ -219,9 +228,17 @@ class HFModel(Model):
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
         widths = super()._probe_widths(sample, device)
-        hidden = getattr(self.module.config, "hidden_size", None)
-        for b in self.positional_layers():
-            widths[f"{b}.{names.HEADS}"] = int(hidden)
+        # hook_z is the out projection's input: heads × head_dim units, which is not
+        # hidden_size when head_dim is set apart from it (Qwen3, Gemma); read it from
+        # the projection, or measure it where the projection does not say
+        heads = {f"{b}.{names.HEADS}" for b in self.positional_layers()}
+        found = {a: names.input_width(self._module(a)) for a in heads}
+        widths.update({a: w for a, w in found.items() if w is not None})
+        unknown = sorted(a for a, w in found.items() if w is None)
+        if unknown:
+            with torch.inference_mode(), self.capture(unknown) as store:
+                self.forward(to_device(self.encode(sample), device))
+            widths.update({a: int(store[a].shape[-1]) for a in unknown})
         return widths
 
     @contextlib.contextmanager

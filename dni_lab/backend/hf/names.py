@@ -6,12 +6,16 @@ the first candidate path that exists, which covers GPT-2, BERT/RoBERTa,
 LLaMA/Mistral-style and OPT/GPT-NeoX-style layouts. TransformerLens hook names
 (``blocks.0.hook_resid_post``) and nnsight module paths
 (``model.transformer.h[0].mlp.output``) are translated to our addresses.
+Per-head outputs are heads × head_dim units, head-major, whatever the hidden
+size (Qwen3 and Gemma set ``head_dim`` apart from it; GQA keys/values have
+fewer heads): :func:`input_width`, :func:`head_shape`, :func:`token_major`.
 """
 
 from __future__ import annotations
 
 import re
 
+import torch
 from torch import nn
 
 from ..errors import LayerError
@@ -77,6 +81,66 @@ def role(module: nn.Module, block: str, name: str) -> str:
         f"block {block!r} of {type(module).__name__} has no {name} module among "
         f"{ROLES[name]}; address the module by its path instead."
     )
+
+
+def input_width(module: nn.Module) -> int | None:
+    """Features a projection reads: the width of its input (hook_z reads that input).
+
+    ``in_features`` of an ``nn.Linear`` (and its quantized subclasses), ``nx`` of
+    GPT-2's ``Conv1D``; None for anything else (the caller measures it). This is
+    heads × head_dim, which is not the hidden size on Qwen3 or Gemma configs.
+    """
+    width = getattr(module, "in_features", None)
+    if width is None and type(module).__name__ == "Conv1D":
+        width = getattr(module, "nx", None)
+    return int(width) if isinstance(width, int) else None
+
+
+def head_shape(config: object) -> tuple[frozenset[int], int | None]:
+    """The head counts (queries, keys/values under GQA) and ``head_dim`` of a config.
+
+    ``head_dim`` is the config's own when it sets one (Qwen3, Gemma: then heads ×
+    head_dim need not be the hidden size), else hidden size / heads.
+    """
+    n_q = getattr(config, "num_attention_heads", None)
+    n_kv = getattr(config, "num_key_value_heads", None)
+    counts = frozenset(n for n in (n_q, n_kv) if isinstance(n, int) and n > 0)
+    dim = getattr(config, "head_dim", None)
+    hidden = getattr(config, "hidden_size", None)
+    if not isinstance(dim, int) and isinstance(n_q, int) and isinstance(hidden, int) and n_q:
+        dim = hidden // n_q
+    return counts, dim if isinstance(dim, int) else None
+
+
+def token_major(
+    t: torch.Tensor, n_tokens: int | None, counts: frozenset[int], head_dim: int | None
+) -> torch.Tensor:
+    """A per-head map ``(R, T, H, D)`` or ``(R, H, T, D)`` as ``(R, T, H·D)``, head-major.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        A 4-D module output.
+    n_tokens : int or None
+        Tokens in the batch that produced it (``T``).
+    counts, head_dim
+        From :func:`head_shape`: ``H`` must be one of ``counts``, ``D`` be ``head_dim``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(R, T, H·D)`` (unit ``h·D + d`` is dimension ``d`` of head ``h``), or ``t``
+        unchanged when it is not a per-head map (attention weights ``(R, H, T, T)``).
+    """
+    if head_dim is None or t.dim() != 4 or t.shape[3] != head_dim:
+        return t
+    dims = [d for d in (1, 2) if t.shape[d] == n_tokens and t.shape[3 - d] in counts]
+    if not dims:
+        return t
+    # as many tokens as heads: the tokens are the outer dimension in memory, the order
+    # the projection wrote them in, whichever way the module transposed them after
+    d = max(dims, key=t.stride)
+    return (t if d == 1 else t.transpose(1, 2)).flatten(2)
 
 
 def embeddings(module: nn.Module, blocks: str) -> str:
