@@ -14,7 +14,7 @@ from .cache import HypothesisCache
 from .engine import Inspection
 from .params import InspectParams
 from .progress_bar import with_bar
-from .run import Run, start_run
+from .run import Run, run_here, start_run
 
 
 def inspect(
@@ -94,7 +94,9 @@ def inspect(
     -------
     polars.DataFrame or Run
         The score frame: one row per (model, unit, hypothesis, measure). A run's
-        ``metadata()`` is what ``dl.export`` stores with the frame.
+        ``metadata()`` is what ``dl.export`` stores with the frame. In the foreground a
+        Ctrl-C stops reading after the block in flight and returns the frame so far:
+        ``dl.provenance(frame)["partial"]`` is True and a ``PartialResultWarning`` says so.
 
     See Also
     --------
@@ -115,9 +117,9 @@ def inspect(
     if background:
         return start_run(insp, [on_block] if on_block else [])
     if not progress:
-        return insp.run(on_block=on_block)
+        return run_here(insp, on_block)  # Ctrl-C: the partial frame, marked partial
     bar, callback = with_bar(insp.progress.total_records, on_block)
     try:
-        return insp.run(on_block=callback)
+        return run_here(insp, callback)
     finally:
-        bar.close()
+        bar.close(insp.progress)

@@ -21,7 +21,7 @@ from .frames import empty_frame
 from .hypotheses import BlockCancelled, for_model, hypothesis_block
 from .measures.base import stop_check
 from .params import InspectParams
-from .provenance import RecordsHash, attach, versions, weights_sha256
+from .provenance import RecordsHash, attach, ending, versions, weights_sha256
 from .resolve import (
     ModelUnits,
     as_cache,
@@ -66,7 +66,10 @@ class Progress:
     elapsed_s: float = 0.0
     total_records: int | None = None
     done: bool = False
+    #: a Stop, ``cancel()`` or Ctrl-C ended the run: its frame is a partial result
     cancelled: bool = False
+    #: early stopping ended the run before the data's end (every pair settled): not partial
+    stopped_early: bool = False
 
     @property
     def share_converged(self) -> float:
@@ -99,6 +102,24 @@ class Progress:
             if still > 0:  # the earlier promise still holds: never raise it
                 left = min(left, still)
         return left
+
+    @property
+    def ending(self) -> str:
+        """Why reading ended before the data's end, in a header's words; "" otherwise."""
+        if self.cancelled:
+            return "stopped by the user (partial result)"
+        if not (self.done and self.stopped_early):
+            return ""
+        left = self.pairs_total - self.pairs_converged - self.pairs_decided
+        if left > 0:  # LEAVE_OPEN: rare hypotheses, each named in its rows' reason
+            return f"early stopping, {left:,} pairs left open (see reason)"
+        return "every pair settled (early stopping)"
+
+    def read_text(self) -> str:
+        """E.g. ``"1,536 of 78,662 records read — every pair settled (early stopping)"``."""
+        of = f" of {self.total_records:,}" if self.total_records else ""
+        text = f"{self.records_read:,}{of} records read"
+        return f"{text} — {self.ending}" if self.ending else text
 
     def mark(self, elapsed_s: float) -> None:
         """Record the time at the end of a block and pin the estimate made then."""
@@ -163,7 +184,12 @@ class Inspection:
             "versions": versions(),
             "weights_sha256": {m.name: weights_sha256(m.module) for m in self.models},
             "data_sha256": self._records_hash.hexdigest(),
-            "records_read": self._records_hash.count,
+            **ending(
+                self._records_hash.count,
+                self.progress.total_records,
+                self.progress.cancelled,
+                self.progress.stopped_early,
+            ),
         }
 
     def cancel(self) -> None:
@@ -214,9 +240,15 @@ class Inspection:
                 s.leave_open(self.params.eps)
         with stop_check(lambda: self._cancel):  # a Stop during the final probe fits
             frame = self.frame(final=True)
-        self.progress.cancelled = self._cancel
-        self.progress.done = True
-        self.progress.elapsed_s = time.perf_counter() - start
+        p, cancelled = self.progress, self._cancel  # one answer, though a Stop may come now
+        if cancelled:  # before or during the final fits: each open pair says why
+            frame = _stopped_reasons(frame, p.records_read)
+        p.cancelled = cancelled
+        p.stopped_early = not cancelled and not self._read_to_end
+        if self._read_to_end:  # a generator's length is known once it ended
+            p.total_records = p.records_read
+        p.done = True
+        p.elapsed_s = time.perf_counter() - start
         return attach(frame, self.provenance())
 
     def _extractors(self) -> dict[str, Extractor]:
@@ -433,6 +465,13 @@ def _symbol_spaces(models: list[Any], families: list[Any], cached: bool) -> dict
             spaces[key] = _Space([], fams, fps)
         spaces[key].models.append(m)
     return spaces
+
+
+def _stopped_reasons(frame: pl.DataFrame, records_read: int) -> pl.DataFrame:
+    """A Stop, not its error, ended the reading of each open pair: its reason says so."""
+    why = f"not converged: stopped by the user after {records_read:,} records"
+    open_ = ~pl.col("converged") & pl.col("reason").is_null()
+    return frame.with_columns(reason=pl.when(open_).then(pl.lit(why)).otherwise(pl.col("reason")))
 
 
 def _length(data: Any, max_records: int | None) -> int | None:

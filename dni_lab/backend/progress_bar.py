@@ -35,9 +35,20 @@ class ProgressBar:
         self._done = p.records_read
         self._bar.set_postfix_str(f"{settled:.0%} settled", refresh=False)
 
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+    def close(self, progress: Any = None) -> None:
+        """End the bar; with the run's final ``progress`` say how reading ended.
+
+        The bar stays at the records read: early stopping or a Stop leave it short of its
+        total, and the postfix says which.
+        """
+        why = progress.read_text() if progress is not None and progress.ending else ""
+        if self._bar is None:
+            if why:
+                print(f"dni_lab: {why}", file=self.file, flush=True)
+            return
+        if why:
+            self._bar.set_postfix_str(why, refresh=True)
+        self._bar.close()
 
 
 def with_bar(total: int | None, on_block: Callable[[Any], None] | None):

@@ -5,6 +5,10 @@ Every frame that :func:`dni_lab.inspect` returns carries this record, so that
 parameters again. Polars frames hold no metadata of their own; the record is kept
 beside the frame object for as long as it lives (a filtered or sorted copy is a new
 frame, and exporting it needs ``params=`` or ``dl.provenance(original)``).
+
+The record also says how reading ended (:func:`ending`): records read out of the
+total, ``stopped_early`` when every pair settled before the data's end, and
+``partial`` when a Stop, ``cancel()`` or Ctrl-C ended the run first.
 """
 
 from __future__ import annotations
@@ -43,6 +47,79 @@ def provenance(frame: pl.DataFrame) -> dict[str, Any] | None:
     >>> dl.provenance(frame)["data_sha256"]           # doctest: +SKIP
     """
     return _RECORDS.get(id(frame))
+
+
+class PartialResultWarning(UserWarning):
+    """A frame holds the scores of a run stopped before it finished (Stop, cancel, Ctrl-C)."""
+
+
+def ending(
+    records_read: int, total_records: int | None, cancelled: bool, stopped_early: bool
+) -> dict[str, Any]:
+    """How reading ended, as a provenance record states it.
+
+    Parameters
+    ----------
+    records_read, total_records : int
+        Records read, and the data's length (None when a generator's length is unknown).
+    cancelled : bool
+        A Stop, ``cancel()`` or Ctrl-C ended the run: its frame is a partial result.
+    stopped_early : bool
+        Early stopping ended the run before the data's end (every pair settled): the
+        frame is complete for its ``eps``, not partial.
+
+    Returns
+    -------
+    dict
+        ``records_read``, ``total_records``, ``partial``, ``partial_reason`` (None unless
+        partial) and ``stopped_early``.
+    """
+    of = f" of {total_records:,}" if total_records else ""
+    return {
+        "records_read": records_read,
+        "total_records": total_records,
+        "partial": bool(cancelled),
+        "partial_reason": f"stopped by the user after {records_read:,}{of} records"
+        if cancelled
+        else None,
+        "stopped_early": bool(stopped_early) and not cancelled,
+    }
+
+
+def partial_note(record: dict[str, Any] | None) -> str | None:
+    """The one line that tells a person a frame is partial, or None for a finished run.
+
+    Examples
+    --------
+    >>> partial_note(ending(1536, 78662, cancelled=True, stopped_early=False)).split(";")[0]
+    'partial result: stopped by the user after 1,536 of 78,662 records'
+    """
+    if not record or not record.get("partial"):
+        return None
+    return (
+        f"partial result: {record.get('partial_reason') or 'stopped by the user'}; "
+        "pairs not converged have converged=False and say why in reason"
+    )
+
+
+def merge_records(parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """One record for several inspections that make one result (a query's steps).
+
+    ``fields`` (the query, its options, :func:`ending`) come first; then the versions,
+    every model's weights hash, one data hash over the steps' own, and each step's record.
+    """
+    weights: dict[str, str] = {}
+    data = hashlib.sha256()
+    for part in parts:
+        weights.update(part.get("weights_sha256", {}))
+        data.update(str(part.get("data_sha256", "")).encode())
+    return {
+        **fields,
+        "versions": versions(),
+        "weights_sha256": weights,
+        "data_sha256": data.hexdigest(),
+        "steps": [{k: v for k, v in p.items() if k != "versions"} for p in parts],
+    }
 
 
 def versions() -> dict[str, str]:

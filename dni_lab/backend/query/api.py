@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from ..run import run_here
 from .catalog import Catalog
 from .execute import QueryInspection, QueryRun
 from .final import build_final
@@ -108,7 +109,7 @@ def run_query(
         if on_block is not None:
             run.on_block(on_block)
         return run.start()
-    return insp.run(on_block=on_block)
+    return run_here(insp, on_block)  # Ctrl-C keeps the partial result, marked partial
 
 
 def _plain(q: Query, scope: Scope, engine: RelationalEngine) -> pl.DataFrame:

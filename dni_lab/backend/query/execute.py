@@ -19,6 +19,7 @@ import polars as pl
 from ..engine import Inspection, Progress
 from ..frames import SCHEMA, empty_frame
 from ..hypotheses import HypothesisFamily
+from ..provenance import attach, ending, merge_records, provenance
 from ..run import Run
 from .final import Final
 from .grouping import Grouping, Step
@@ -41,6 +42,7 @@ class QueryInspection:
         self._names: dict[str, int] = {}
         self._done: list[pl.DataFrame] = []  # finished steps' S rows (with group ids)
         self._base = Progress()  # totals of finished steps
+        self._records: list[dict[str, Any]] = []  # finished steps' provenance
         self._cancel = False
         self._lock = threading.Lock()
 
@@ -70,14 +72,28 @@ class QueryInspection:
                 self.current = None
                 p = insp.progress
                 b = self._base
-                # A step that stopped early is finished: count all its records as done.
-                b.records_read += p.records_read if p.cancelled else len(step.records)
+                # the records it read, not its length: early stopping reads fewer
+                b.records_read += p.records_read
                 b.blocks += p.blocks
                 b.pairs_total += p.pairs_total
                 b.pairs_converged += p.pairs_converged
+                b.pairs_decided += p.pairs_decided
+                b.stopped_early |= p.stopped_early
+                self._records.append(provenance(frame) or insp.provenance())
             self._cancel |= insp.progress.cancelled
         self._sync(start, done=True)
-        return self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
+        out = self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
+        return attach(out, self.provenance())
+
+    def provenance(self) -> dict[str, Any]:
+        """The query, its options, how reading ended and each finished step's record."""
+        p = self.progress
+        return merge_records(
+            self._records,
+            query=self.grouping.query.text,
+            **self.grouping.options.to_metadata(),
+            **ending(p.records_read, p.total_records, p.cancelled, p.stopped_early),
+        )
 
     # -- S -----------------------------------------------------------------------
     def frame(self, final: bool = False, epochs: bool = False) -> pl.DataFrame:
@@ -187,7 +203,9 @@ class QueryInspection:
         p.blocks = b.blocks + c.blocks
         p.pairs_total = b.pairs_total + c.pairs_total
         p.pairs_converged = b.pairs_converged + c.pairs_converged
+        p.pairs_decided = b.pairs_decided + c.pairs_decided
         p.cancelled = self._cancel
+        p.stopped_early = done and b.stopped_early and not self._cancel
         p.done = done
         # mark() pins the time-left estimate, so the one shown never grows between blocks
         p.mark(time.perf_counter() - start)
@@ -208,7 +226,7 @@ class QueryRun(Run):
         p = self.progress
         state = "cancelled" if p.cancelled else "done" if self.done else "running"
         steps = len(self.inspection.steps)
-        return f"<QueryRun {state}: {steps} steps, {p.records_read} records, {p.blocks} blocks>"
+        return f"<QueryRun {state}: {steps} steps, {p.read_text()}, {p.blocks} blocks>"
 
 
 def _families(grouping: Grouping, step: Step) -> list[HypothesisFamily]:
