@@ -13,7 +13,9 @@ names ``NAME`` first waits for the run, so a notebook run top to bottom (Run All
 nbconvert, nbval) sees the final frame; interrupting the kernel while it waits
 stops the run and binds the partial result. ``--wait`` runs in the foreground (the
 cell's result is the frame); in a terminal that is the only mode, and an
-interrupt there also keeps the partial result.
+interrupt there also keeps the partial result. A partial result (Stop, ``cancel()``,
+an interrupt) says so in one line on stderr where it is handed over, and in
+``dl.provenance(frame)["partial"]`` / ``["partial_reason"]``.
 
 While the query runs the cell shows :func:`live_display` (a live score table);
 replace it (``dni_lab.magic.live_display = fn``) to show something else, such as
@@ -33,11 +35,12 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .backend.errors import DNIError
+from .backend.provenance import partial_note, provenance
 from .backend.query import Catalog, QueryError, QueryRun, parse, run_query
 
 # Options that take a value: the word after them is theirs, not the query's.
 _VALUED = {"-o", "--output", "--eps", "--block-size", "--catalog"}
-_CANCELLED = "dni_lab: stopped; {what} holds the scores read so far"
+_PARTIAL = "dni_lab: {what} holds a {note}"
 _POLL_S = 0.1
 _UNSET = object()  # --eps none means "read everything", so None cannot mean "not given"
 
@@ -202,12 +205,13 @@ class InspectMagics(Magics):
                     update()
         except KeyboardInterrupt:  # stop reading; the partial frame is still a result
             _stop(run)
-            print(_CANCELLED.format(what="the result"), file=sys.stderr)
         finally:
             finish = getattr(view, "finish", None)
             if finish is not None:
                 finish()
-        return run.result()
+        result = run.result(warn=False)  # the note below says it in the magic's words
+        _say_partial(result, "the cell's frame")
+        return result
 
     def _background(self, run: QueryRun, name: str | None) -> None:
         """Show the live view and return; bind ``name`` now to the run, later to its result."""
@@ -255,9 +259,10 @@ class InspectMagics(Magics):
                     pass
             except KeyboardInterrupt:
                 _stop(run)
-                print(_CANCELLED.format(what=name), file=sys.stderr)
             _bind(ns, name, run)
             del self.pending[name]
+            if run.error is None and ns.get(name) is run.result(warn=False):
+                _say_partial(ns[name], name)  # here, in the cell that first follows the run
             if run.error is not None and named:  # else `name.height` would fail obscurely
                 print(
                     f"dni_lab: the %%inspect run behind {name!r} failed: "
@@ -273,6 +278,13 @@ def _note(view: Any, result: str) -> None:
         from .widgets.table import QUERY_NOTE
 
         view.note = QUERY_NOTE.format(result=result)
+
+
+def _say_partial(frame: pl.DataFrame, what: str) -> None:
+    """One line on stderr when ``frame`` is a partial result (a Stop or an interrupt)."""
+    note = partial_note(provenance(frame))
+    if note is not None:
+        print(_PARTIAL.format(what=what, note=note), file=sys.stderr)
 
 
 def _stop(run: QueryRun) -> None:
@@ -291,7 +303,8 @@ def _bind(ns: dict[str, Any], name: str, run: QueryRun) -> None:
     """``ns[name] = run.result()`` if ``name`` still holds the run (the user may have rebound
     it); a failed run stays bound as its handle, whose ``result()`` raises the error."""
     if ns.get(name) is run and run.done and run.error is None:
-        ns[name] = run.result()
+        # warn=False: this may be the run's thread; the next cell prints the note
+        ns[name] = run.result(warn=False)
 
 
 def load_ipython_extension(ipython: Any) -> None:

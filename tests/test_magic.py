@@ -152,7 +152,7 @@ def test_progress_view_and_text(session, monkeypatch):
     view = ProgressView(run)
     view.finish()
     assert view.bar.value == view.bar.max == 80 and view.bar.bar_style == "success"
-    assert progress_text(run).startswith("done: 80/80 records, ")
+    assert progress_text(run).startswith("done: 80 of 80 records read, ")
 
 
 @pytest.mark.parametrize(
@@ -285,6 +285,34 @@ def test_stop_binds_the_partial_frame_within_a_second(kernel):
     res = ip.user_ns["res"]
     assert isinstance(res, pl.DataFrame) and res.height == N_UNITS
     assert run.progress.cancelled and run.progress.records_read in (0, 100)
+    rec = dl.provenance(res)
+    assert rec["partial"] and rec["partial_reason"].startswith("stopped by the user after")
+
+
+def test_a_stopped_background_result_says_so_in_the_next_cell(kernel, capsys):
+    ip = kernel
+    ip.run_cell("%%inspect -o res --eps none --block-size 20\n" + SLOW_QUERY)
+    run = ip.user_ns["res"]
+    while run.progress.blocks < 1:  # a block read: the partial frame has rows to show
+        run.wait(0.02)
+    run.cancel()  # the table's Stop button
+    assert run.wait(10)
+    capsys.readouterr()
+    ip.run_cell("n = res.height")
+    err = capsys.readouterr().err
+    read = run.progress.records_read
+    assert f"res holds a partial result: stopped by the user after {read:,} of 200 records" in err
+    ip.run_cell("m = res.height")
+    assert "partial result" not in capsys.readouterr().err  # once, where it was handed over
+
+
+def test_a_finished_cell_result_keeps_its_provenance(session):
+    ip, _ = session
+    out = ip.run_cell_magic("inspect", "-o res --eps none", PAPER_QUERY)
+    rec = dl.provenance(out)
+    assert rec is not None and rec["query"].startswith("SELECT M.epoch") and rec["eps"] is None
+    assert not rec["partial"] and not rec["stopped_early"]
+    assert rec["records_read"] == rec["total_records"] == 80 * len(rec["steps"])
 
 
 def test_interrupt_while_a_cell_waits_stops_the_run_and_keeps_the_partial_frame(
@@ -305,7 +333,9 @@ def test_interrupt_while_a_cell_waits_stops_the_run_and_keeps_the_partial_frame(
     ip.run_cell("h = res.height")
     assert run.progress.cancelled and run.progress.records_read < 200
     assert isinstance(ip.user_ns["res"], pl.DataFrame) and ip.user_ns["h"] == N_UNITS
-    assert "stopped; res holds the scores read so far" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "res holds a partial result: stopped by the user after" in err
+    assert dl.provenance(ip.user_ns["res"])["partial"]
 
 
 def test_a_rebound_name_is_left_alone(kernel):
@@ -335,7 +365,10 @@ def test_foreground_interrupt_keeps_the_partial_frame(session, monkeypatch, caps
     monkeypatch.setattr(QueryRun, "wait", wait)
     out = ip.run_cell_magic("inspect", "-o res --eps none --block-size 4", SLOW_QUERY)
     assert isinstance(out, pl.DataFrame) and ip.user_ns["res"] is out and out.height == N_UNITS
-    assert "stopped; the result holds" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the cell's frame holds a partial result: stopped by the user after" in err
+    assert err.count("partial result") == 1  # one line, not a warning besides
+    assert dl.provenance(out)["partial"]
 
 
 def test_a_run_displays_as_its_live_table(session):
@@ -411,7 +444,8 @@ def test_stop_skips_the_final_fit_and_acts_inside_a_block(char_model, records, m
     t0 = time.perf_counter()
     run.cancel()
     assert run.wait(5) and time.perf_counter() - t0 < 0.5
-    frame = run.result()
+    with pytest.warns(dl.backend.provenance.PartialResultWarning, match="after 200 of 12,000"):
+        frame = run.result()
     assert run.progress.cancelled and run.progress.records_read == 200 and not fits
     assert frame["n_records"].to_list() == [200, 200]
     assert dl.provenance(frame)["records_read"] == 200  # the abandoned block is not counted

@@ -6,9 +6,11 @@ function progressBar(st) {
   if (st.records_read === undefined) return null;
   const total = st.total_records;
   const share = total ? Math.min(1, st.records_read / total) : (st.state === "running" ? 0 : 1);
-  // Same words as table.py: progress_line (the static snapshot).
+  // Same words as _status.py: progress_line (the static snapshot). The records are those
+  // read (the rows' n_records), and `ending` says why reading stopped before the total.
   const parts = [
-    `${fmt(st.records_read)}${total ? " / " + fmt(total) : ""} records`,
+    `${fmt(st.records_read)}${total ? " of " + fmt(total) : ""} records read`
+      + (st.ending ? ` — ${st.ending}` : ""),
     `${fmt(st.blocks)} blocks`,
     // eps=None reads every record: no pair "converges" early, so no share to show
     st.early_stopping ? `${Math.round((st.share_converged || 0) * 100)}% of pairs converged`
@@ -24,7 +26,8 @@ function progressBar(st) {
     parts.push(`${st.elapsed_s.toFixed(1)} s`);
   }
   return h("span", { class: "dni-bar", style: { margin: 0 } },
-    h("span", { class: "dni-progress", title: `${Math.round(share * 100)}% of the records read` },
+    h("span", { class: "dni-progress", "data-partial": st.partial ? "true" : null,
+      title: `${Math.round(share * 100)}% of the records read` },
       h("div", { style: { width: `${share * 100}%` } })),
     h("span", { class: "dni-progress-text" }, parts.join(" · ")));
 }

@@ -24,6 +24,9 @@ def run_status(run: Run) -> dict[str, Any]:
     return {
         "records_read": p.records_read,
         "total_records": p.total_records,
+        # why reading ended before the data's end: a Stop (partial) or early stopping
+        "ending": p.ending,
+        "partial": p.cancelled,
         "blocks": p.blocks,
         "share_converged": round(p.share_converged, 4),
         # eps=None reads every record: no pair "converges", so no share to show
@@ -46,11 +49,13 @@ def _eps(run: Run) -> float | None:
 
 def progress_line(st: dict[str, Any]) -> str:
     """The header's progress text from a status dict (``js/table.js: progressBar`` says the
-    same in the browser): records, blocks, what stops the run, speed, time left."""
+    same in the browser): records read of the total and why reading ended, blocks, what
+    stops the run, speed, time left."""
     if st.get("records_read") is None:
         return ""
     total = st.get("total_records")
-    parts = [f"{st['records_read']:,}" + (f" / {total:,}" if total else "") + " records"]
+    read = f"{st['records_read']:,}" + (f" of {total:,}" if total else "") + " records read"
+    parts = [read + (f" — {st['ending']}" if st.get("ending") else "")]
     parts.append(f"{st.get('blocks', 0):,} blocks")
     if st.get("early_stopping"):
         parts.append(f"{round(100 * (st.get('share_converged') or 0))}% of pairs converged")

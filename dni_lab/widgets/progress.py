@@ -21,13 +21,13 @@ def progress_text(run: Run) -> str:
     Returns
     -------
     str
-        E.g. ``"running: 512/2,000 records, 2 blocks, 30/64 pairs converged, 1.2 s"``.
+        E.g. ``"running: 512 of 2,000 records read, 2 blocks, 30/64 pairs converged, 1.2 s"``;
+        once it ended early, why (``"... records read — every pair settled (early stopping)"``).
     """
     p = run.progress
-    total = f"/{p.total_records:,}" if p.total_records else ""
     state = "cancelled" if p.cancelled else "done" if p.done else "running"
     return (
-        f"{state}: {p.records_read:,}{total} records, {p.blocks} blocks, "
+        f"{state}: {p.read_text()}, {p.blocks} blocks, "
         f"{p.pairs_converged:,}/{p.pairs_total:,} pairs converged, {p.elapsed_s:.1f} s"
     )
 
