@@ -99,6 +99,36 @@ def test_a_cancelled_run_is_partial_and_says_so_once(model, data, hyps):
     assert "cancelled" in repr(run) and "partial result" in repr(run)
 
 
+def test_a_stopped_run_keeps_its_converged_pairs_and_marks_the_rest():
+    from test_early_stopping import Replay, _encode, _hyp_family, _record
+
+    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="rp")
+    first = {}
+
+    def stop_a_block_after_the_first_convergence(run):
+        if "at" in first:
+            run.cancel()
+        elif run.progress.pairs_converged:
+            first["at"] = run.progress.records_read
+
+    run = dl.inspect(model, [_hyp_family()], ["corr"], list(range(20_000)), units=[("", "*")],
+                     eps=0.02, block_size=64, cache=False, background=True)  # fmt: skip
+    run.on_block(stop_a_block_after_the_first_convergence)
+    ended(run)
+    with pytest.warns(PartialResultWarning):
+        frame = run.result()
+    read = run.progress.records_read
+    done, left = frame.filter(pl.col("converged")), frame.filter(~pl.col("converged"))
+    assert done.height and left.height  # the premise: a Stop between two convergences
+    # frozen when each settled: those of the first convergence at its count, not at the Stop's
+    assert done["n_records"].is_in([first["at"], read]).all() and first["at"] < read
+    assert (done["n_records"] == first["at"]).any()
+    assert done["reason"].is_null().all()  # converged scores stand
+    assert (left["n_records"] == read).all()
+    assert left["reason"].str.starts_with(f"not converged: {STOPPED} {read:,} records").all()
+    assert dl.provenance(frame)["partial"]
+
+
 class _no_warning:
     """``pytest.warns`` cannot say "none": record and check that nothing came."""
 
