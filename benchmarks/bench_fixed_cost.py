@@ -4,6 +4,8 @@ Usage::
 
     python benchmarks/bench_fixed_cost.py              # fixed cost: 40 hypotheses, 7 repeats
     python benchmarks/bench_fixed_cost.py --rss 10000  # peak RSS at 10k and 40k records
+    python benchmarks/bench_fixed_cost.py --out benchmarks/results/fixed_cost.json
+    python benchmarks/bench_fixed_cost.py --rss 20000 --out benchmarks/results/rss.json
 
 With 40 hypotheses whose values are already in the in-memory hypothesis cache
 (36 keyword functions with closures, a function reading a module global, a
@@ -20,7 +22,8 @@ cache (memory plus a temporary disk store) over N and over 4N records, each in
 a fresh process, and prints their peak resident memory.
 
 Targets (issue 11): a fixed cost of at most 50 ms per call; peak RSS at 4x the
-records at most 1.3x. It asserts nothing.
+records at most 1.3x. It asserts nothing. With ``--out`` it stores what it printed
+(the README's Benchmarks table is rendered from those files).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses im
 os.environ.setdefault("DNI_LAB_BENCH_MODEL", "standin")  # shapes matter here, not training
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.workload import make_model, make_records  # noqa: E402
 from dni_lab.backend.resolve import as_families  # noqa: E402
 
@@ -95,7 +99,20 @@ def median_s(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(repeats: int = 7) -> None:
+def main(repeats: int = 7) -> dict:
+    """Median fingerprint time and warm ``dl.inspect`` time over ``repeats`` calls.
+
+    Parameters
+    ----------
+    repeats
+        Timed calls of each kind; the median is reported.
+
+    Returns
+    -------
+    dict
+        ``fingerprints_s``, ``warm_inspect_s`` (the fixed cost), ``target_s`` (0.05)
+        and the workload's sizes.
+    """
     import torch
 
     torch.set_num_threads(1)  # 32 records: threads only add contention on a busy machine
@@ -117,6 +134,9 @@ def main(repeats: int = 7) -> None:
     print(f"{len(hyps)} hypotheses ({n_sig} signals), {len(records)} records, 128 units")
     print(f"fingerprints of all hypotheses: {fp * 1e3:8.1f} ms per call")
     print(f"warm dl.inspect (fixed cost):   {warm * 1e3:8.1f} ms per call  (target <= 50 ms)")
+    return {"hypotheses": len(hyps), "signals": n_sig, "records": len(records), "units": 128,
+            "repeats": repeats, "fingerprints_s": fp, "warm_inspect_s": warm,
+            "target_s": 0.05}  # fmt: skip
 
 
 def child(n_records: int) -> None:
@@ -128,7 +148,20 @@ def child(n_records: int) -> None:
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def rss(n_records: int) -> None:
+def rss(n_records: int) -> dict:
+    """Peak RSS of one cold run over ``n_records`` and over 4x as many, each in a child.
+
+    Parameters
+    ----------
+    n_records
+        The smaller size; the larger is four times it.
+
+    Returns
+    -------
+    dict
+        ``records`` (both sizes), ``peak_rss_mib`` (both), ``ratio`` (large / small)
+        and ``target_ratio`` (1.3).
+    """
     peaks = []
     for n in (n_records, 4 * n_records):
         with tempfile.TemporaryDirectory() as store:
@@ -138,16 +171,20 @@ def rss(n_records: int) -> None:
         peaks.append(float(out.stdout.split()[-1]))
         print(f"{n:7d} records: peak RSS {peaks[-1]:7.0f} MiB")
     print(f"ratio at 4x the records: {peaks[1] / peaks[0]:.2f}  (target <= 1.3)")
+    return {"records": [n_records, 4 * n_records], "peak_rss_mib": peaks,
+            "ratio": peaks[1] / peaks[0], "target_ratio": 1.3}  # fmt: skip
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rss", type=int, help="measure peak RSS at N and 4N records")
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls (median)")
+    parser.add_argument("--out", "--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child)
     elif args.rss:
-        rss(args.rss)
+        write_results(args.out, rss(args.rss))
     else:
-        main()
+        write_results(args.out, main(args.repeats))

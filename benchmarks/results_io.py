@@ -1,0 +1,73 @@
+"""Writing a focused benchmark's numbers to ``benchmarks/results/<name>.json``.
+
+The README's Benchmarks table is rendered from these files
+(``benchmarks/readme_table.py``), so every script that the table cites stores what
+it printed, with the machine and the load it ran under: a number measured beside
+other jobs must be recognisable as such in the file itself.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def environment() -> dict[str, Any]:
+    """Where and when a benchmark ran: date, commit, cores, threads, load average.
+
+    Returns
+    -------
+    dict
+        ``date`` (UTC, ISO 8601), ``commit`` (the repository's HEAD, or None outside
+        git), ``cores``, ``torch_threads`` (None if torch is not imported) and
+        ``load_average`` (1, 5 and 15 minutes) at the time of the call.
+    """
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    torch = __import__("sys").modules.get("torch")  # only report threads a run actually used
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "load_average": list(os.getloadavg()),
+    }
+
+
+def write_results(path: Path | str | None, payload: dict[str, Any]) -> Path | None:
+    """Write ``payload`` plus its ``environment`` to ``path`` as JSON, atomically.
+
+    Parameters
+    ----------
+    path
+        The results file; None writes nothing (the script only prints).
+    payload
+        The benchmark's numbers. It must not hold a ``table`` key: notebook 08 reads
+        such files as ``run_benchmarks.py`` side-by-side tables.
+
+    Returns
+    -------
+    Path or None
+        The file written, or None.
+    """
+    if path is None:
+        return None
+    if "table" in payload:
+        raise ValueError("a focused benchmark's results must not have a 'table' key")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")  # a killed run never leaves half a file behind
+    tmp.write_text(json.dumps({**payload, "environment": environment()}, indent=2, default=str))
+    tmp.replace(path)
+    print(f"wrote {path}")
+    return path
