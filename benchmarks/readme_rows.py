@@ -1,0 +1,198 @@
+"""The rows of the README's Benchmarks table: what each compares and where its numbers are.
+
+Each :class:`~benchmarks.readme_table.Row` names one results file (its stem) and
+reads every measured figure from it; the ``what`` text holds only the workload's
+description. Targets are declared here once, from the issues that set them
+(11: speed and memory; 13: Stop; 14: extraction; 24: the demo and the probes'
+F1), and checked against the stored numbers when the table is rendered.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from benchmarks.readme_table import Row, Target, pct, secs, times
+
+
+def _demo(d: dict) -> tuple[str, str, str]:
+    return (f"{secs(d['alone_s'])} wall (reads {d['records_read']:,} of {d['windows']:,.0f} "
+            "windows)", "—", "—")  # fmt: skip
+
+
+def _demo_busy(d: dict) -> tuple[str, str, str]:
+    ours = f"{secs(d['busy_s'])} (beside {d['busy_loops']} loops)"
+    return ours, f"{secs(d['alone_s'])} alone", times(d["busy_ratio"])
+
+
+def _demo_cold(d: dict) -> tuple[str, str, str]:
+    run = d["run_from_nothing"]
+    return f"{secs(run['wall_s'])} wall ({secs(run['load_s'])} training)", "—", "—"
+
+
+def _logreg_vs_corr(p: dict) -> tuple[str, str, str]:
+    ratio = p["inspect_logreg_s"] / p["inspect_corr_s"]
+    alone = p["logreg_measure_s"] / p["corr_measure_s"]
+    return (f"{secs(p['inspect_logreg_s'])} ({p['hypotheses']} hyps, {p['records']:,} windows)",
+            f"corr {secs(p['inspect_corr_s'])}",
+            f"{times(ratio)} (the measures alone: {times(alone)})")  # fmt: skip
+
+
+def _peer(name: str):
+    """Cells of the merged probe against one per-hypothesis probe library."""
+
+    def cells(p: dict) -> tuple[str, str, str]:
+        s = p[name]
+        ours = secs(p["logreg_measure_s"])
+        if p["training_rows"] < p["symbols"]:  # the probe fit a sample, and so did the peer
+            ours += f" (both fit {p['training_rows']:,} of {p['symbols']:,} symbols)"
+        base = f"{secs(s['total_s'])} ({s['fitted']} of {p['hypotheses']} fitted, extrapolated"
+        base += f"; {s['epochs']} epochs)" if "epochs" in s else ")"
+        ratio = f"{times(s['total_s'] / p['logreg_measure_s'])} faster; max |ΔF1| "
+        return ours, base, ratio + f"{s['max_abs_f1_diff']:.3f}"
+
+    return cells
+
+
+def _peer_targets(name: str) -> tuple[Target, ...]:
+    return (Target("", ">=", 20, "×", lambda p: p[name]["total_s"] / p["logreg_measure_s"]),
+            Target("|ΔF1| ", "<=", 0.01, "", lambda p: p[name]["max_abs_f1_diff"]))  # fmt: skip
+
+
+def _sizes(c: dict) -> str:
+    return f"{c['symbols']:,} symbols × {c['units']} units × {c['hypotheses']} hyps"
+
+
+def _corr_vs_gemm(r: dict) -> tuple[str, str, str]:
+    c = r["corr_vs_product"]
+    return (f"{secs(c['corr_measure_s'])} ({_sizes(c)})", secs(c["bare_product_s"]),
+            times(c["ratio"]))  # fmt: skip
+
+
+def _warm(w: dict) -> tuple[str, str, str]:
+    pg = w["postgres"]
+    alone = times(pg["ratio_measure_only"])
+    return (f"{secs(w['inspect_s'])} ({_sizes(w)})",
+            f"{secs(pg['query_s'])} (+{secs(pg['load_s'])} load)",
+            f"{times(pg['ratio'])} (the measure alone: {alone})")  # fmt: skip
+
+
+def _pg_paper(r: dict) -> tuple[str, str, str]:
+    c, pg = r["corr_vs_product"], r["postgres"]
+    base = secs(pg["query_total_s"]) + (" (extrapolated)" if pg["query_total_is_extrapolated"]
+                                        else "")  # fmt: skip
+    return f"{secs(c['corr_measure_s'])} ({_sizes(c)})", base, times(r["ratio_query"])
+
+
+def _fixed(f: dict) -> tuple[str, str, str]:
+    return f"{secs(f['warm_inspect_s'])} (fingerprints {secs(f['fingerprints_s'])})", "—", "—"
+
+
+def _rss(m: dict) -> tuple[str, str, str]:
+    (small, large), (p_small, p_large) = m["records"], m["peak_rss_mib"]
+    return (f"{p_large:.0f} MiB at {large:,} records", f"{p_small:.0f} MiB at {small:,}",
+            times(m["ratio"]))  # fmt: skip
+
+
+def _rss_full(r: dict) -> tuple[str, str, str]:
+    small, large = r["memory"]["sizes"]
+    return (f"{large['inspect_peak_mb']:.0f} MiB at {large['records']:,} records",
+            f"{small['inspect_peak_mb']:.0f} MiB at {small['records']:,}",
+            times(r["memory"]["peak_ratio"]))  # fmt: skip
+
+
+def _early(e: dict) -> tuple[str, str, str]:
+    return (f"{e['early_stop_records_read']:,} records, {secs(e['early_stop_s'])}",
+            f"{e['records']:,}, {secs(e['full_scan_s'])}",
+            f"{pct(e['share_records_read'])} read, {times(e['full_scan_s'] / e['early_stop_s'])} "
+            f"faster, {pct(e['share_within_eps'])} within eps")  # fmt: skip
+
+
+def _early_full(r: dict) -> tuple[str, str, str]:
+    es, full = r["inspect"]["early_stop"], r["inspect"]["full_scan"]
+    share = es["records_read"] / full["records_read"]
+    return (f"{es['records_read']:,} records, {secs(es['seconds'])}",
+            f"{full['records_read']:,}, {secs(full['seconds'])}",
+            f"{pct(share)} read, {times(full['seconds'] / es['seconds'])} faster, "
+            f"{pct(es['share_within_eps_of_full'])} within eps")  # fmt: skip
+
+
+def _hf(h: dict) -> tuple[str, str, str]:
+    return (f"{h['records_per_s_extract']:.0f} records/s (GPT-2 {h['blocks']} blocks × "
+            f"{h['width']})", f"{h['records_per_s_bare']:.0f} records/s",
+            times(h["ratio_vs_bare"]))  # fmt: skip
+
+
+def _stops(s: dict) -> list[float]:
+    return sorted(t["stop_s"] for t in s["trials"] if not t["ended_before_stop"])
+
+
+def _stop(s: dict) -> tuple[str, str, str]:
+    st = _stops(s)
+    return (f"{secs(statistics.median(st))} median, {secs(st[-1])} max ({len(st)} Stops)",
+            "—", "—")  # fmt: skip
+
+
+def _cluster(c: dict) -> tuple[str, str, str]:
+    two = next(r for r in c["runs"] if r["workers"] == 2)
+    return (f"{secs(two['seconds'])} (2 workers, {c['cores']} cores)",
+            f"{secs(c['single_process_s'])} (no Ray)",
+            f"{times(two['vs_single_process'])} ({times(two['speedup'])} vs 1 worker)")  # fmt: skip
+
+
+_DEMO = "`dni-lab demo` (corr + logreg, default eps), model stored, cold hypothesis cache"
+_EARLY = ("read ", "<=", 25, "%"), ("within eps ", ">=", 95, "%")
+
+ROWS: tuple[Row, ...] = (
+    Row(_DEMO, "`bench_demo.py`", "demo", _demo,
+        (Target("", "<=", 45, " s", lambda d: d["alone_s"]),)),
+    Row("the same beside busy processes (`while :` loops; issue 24 measured two)",
+        "`bench_demo.py`", "demo",
+        _demo_busy, (Target("", "<=", 2.5, "×", lambda d: d["busy_ratio"]),)),
+    Row("`dni-lab demo` from nothing (trains the SQL model)", "`bench_demo.py --from-nothing`",
+        "demo", _demo_cold, (Target("", "<=", 180, " s", lambda d: d["from_nothing_s"]),)),
+    Row("merged `logreg` vs `corr`, 128 units, end to end", "`bench_probes.py`", "probes",
+        _logreg_vs_corr,
+        (Target("", "<=", 5, "×", lambda p: p["inspect_logreg_s"] / p["inspect_corr_s"]),)),
+    Row("merged `logreg` vs scikit-learn `liblinear`, one probe per hypothesis, extraction "
+        "done once", "`bench_probes.py`", "probes", _peer("sklearn"), _peer_targets("sklearn")),
+    Row("merged `logreg` vs NeuroX 1.0.9 probes (its default Adam)", "`bench_probes.py`",
+        "probes", _peer("neurox"), _peer_targets("neurox")),
+    Row("`corr` measure vs bare UᵀH GEMM, default workload, trained SQL model",
+        "`run_benchmarks.py --skip postgres,logreg`", "full", _corr_vs_gemm,
+        (Target("", "<=", 2, "×", lambda r: r["corr_vs_product"]["ratio"]),)),
+    Row("PostgreSQL `corr()` (batched) vs the `corr` measure on the same behaviors, "
+        "DeepBase §6.3, default workload", "`run_benchmarks.py`", "full", _pg_paper,
+        (Target("", ">=", 1000, "×", lambda r: r["ratio_query"]),)),
+    Row("the same at the smoke size (trained quick SQL model)", "`run_benchmarks.py --quick`",
+        "quick", _pg_paper, (Target("", ">=", 1000, "×", lambda r: r["ratio_query"]),)),
+    Row("small warm query (hypotheses cached, behaviors memoised) vs PostgreSQL `corr()`",
+        "`bench_warm_query.py`", "warm_query", _warm,
+        (Target("", ">=", 100, "×", lambda w: w["postgres"]["ratio"]),)),
+    Row("fixed cost of a warm `dl.inspect` call (32 records, 40 hyps)", "`bench_fixed_cost.py`",
+        "fixed_cost", _fixed,
+        (Target("", "<=", 50, " ms", lambda f: f["warm_inspect_s"] * 1e3),)),
+    Row("peak RSS at four times the records, cold run, default caches, stand-in model",
+        "`bench_fixed_cost.py --rss 20000`", "rss", _rss,
+        (Target("", "<=", 1.3, "×", lambda m: m["ratio"]),)),
+    Row("the same, trained 512-unit SQL model, default workload",
+        "`run_benchmarks.py --skip postgres,logreg`", "full", _rss_full,
+        (Target("", "<=", 1.3, "×", lambda r: r["memory"]["peak_ratio"]),)),
+    Row("early stopping (eps 0.025) vs full scan, default workload, stand-in model",
+        "`bench_early_stop.py`", "early_stop", _early,
+        (Target(*_EARLY[0], lambda e: e["share_records_read"] * 100),
+         Target(*_EARLY[1], lambda e: e["share_within_eps"] * 100))),
+    Row("the same, trained 512-unit SQL model", "`run_benchmarks.py --skip postgres,logreg`",
+        "full", _early_full,
+        (Target(*_EARLY[0], lambda r: 100 * r["inspect"]["early_stop"]["records_read"]
+                / r["inspect"]["full_scan"]["records_read"]),
+         Target(*_EARLY[1],
+                lambda r: r["inspect"]["early_stop"]["share_within_eps_of_full"] * 100))),
+    Row("extraction through the Hugging Face adapter vs a bare forward pass",
+        "`bench_hf_extract.py`", "hf_extract", _hf,
+        (Target("", ">=", 0.8, "×", lambda h: h["ratio_vs_bare"]),)),
+    Row("Stop during the main job (`corr` + `logreg`, Stops spread over a run)",
+        "`bench_stop.py`", "stop", _stop,
+        (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),
+    Row("one inspection on a local Ray cluster, 2 workers vs 1 process, default workload",
+        "`bench_cluster.py --workers 1,2`", "cluster", _cluster, (), "info"),
+)  # fmt: skip
