@@ -26,7 +26,6 @@ little: run it on a quiet one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ if str(REPO) not in sys.path:  # run as a script: make dni_lab and benchmarks im
 import numpy as np  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.workload import Workload, build_workload  # noqa: E402
 
 
@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores, "measures": ms,
            "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
            "sources": wl.sources}  # fmt: skip
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2))
+    write_results(a.json, out)
     return out
 
 

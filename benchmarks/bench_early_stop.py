@@ -17,7 +17,6 @@ scores within ε. It asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.run_benchmarks import inspect, score_matrix  # noqa: E402
 from benchmarks.workload import build_workload  # noqa: E402
 
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in res["pairs_with_reason"]:
         print(f"  {row['count']:,} pairs: {row['reason']}")
     print(f"load average {res['load_average']}")
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=2, default=str))
+    write_results(args.json, res)
     return 0
 
 

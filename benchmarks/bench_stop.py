@@ -16,7 +16,6 @@ Target (issue 13): a cancel acts within about a second. It asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from hypotheses.grammars import sql as grammar  # noqa: E402
 from hypotheses.workloads import sql as workload  # noqa: E402
 
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if stops:
         print(f"Stop latency over {len(stops)} trials: median {statistics.median(stops):.2f} s, "
               f"max {max(stops):.2f} s (target: about 1 s)")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"quick": args.quick, "trials": rows}, indent=1))
+    write_results(args.out, {"quick": args.quick, "trials": rows})
     return 0
 
 

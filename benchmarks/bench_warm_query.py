@@ -18,7 +18,6 @@ nothing; without a PostgreSQL server it says so and prints only our time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -34,6 +33,7 @@ import torch  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
 from benchmarks import pg_baseline as pgb  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.run_benchmarks import behaviors, best_of, run_measure, score_matrix  # noqa: E402
 from benchmarks.workload import build_workload  # noqa: E402
 from dni_lab.backend.measures.corr import Corr  # noqa: E402
@@ -94,8 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["postgres"] = {"query_s": pg.query_s, "load_s": pg.load_s, "ratio": ratio,
                            "ratio_measure_only": pg.query_s / t_measure,
                            "max_abs_diff": diff}  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    write_results(args.json, res)
     return res
 
 
