@@ -105,9 +105,10 @@ def test_error_shrinks_and_is_null_before_enough_groups():
     m = Corr(group_records=10, buckets=20)
     s = m.start(2, 1, info=[HypothesisInfo("h", "binary")])
     errs = []
-    for U, H, mask in padded_blocks(rng, 6, 50, 12, 2, 1):
+    for U, H, mask in padded_blocks(rng, 24, 50, 12, 2, 1):
         s = m.update(s, U, H, mask)
         err = m.result(s).err
         errs.append(err.max() if np.isfinite(err).all() else np.nan)
-    assert np.isnan(errs[0]) and np.isnan(errs[2])  # 5 and 15 groups: not yet trusted
-    assert errs[3] > errs[5] > 0
+    # 5 groups a block: not trusted before three groups per bucket (60 groups, block 12)
+    assert np.isnan(errs[0]) and np.isnan(errs[6]) and np.isnan(errs[10])
+    assert errs[11] > errs[23] > 0  # 60 groups, then 120

@@ -126,9 +126,11 @@ class Corr(Measure):
     group_records : int
         Consecutive records per group (a group is the jackknife's unit of independence).
     buckets : int
-        Jackknife buckets; ``err`` is NaN until every bucket holds a group.
+        Jackknife buckets.
     rel_tol : float
         Relative variance below which a unit or hypothesis counts as constant.
+    min_bucket_groups : int
+        Groups every bucket must hold before ``err`` is defined (see ``_error``).
     """
 
     name = "corr"
@@ -136,9 +138,16 @@ class Corr(Measure):
     kinds = ("binary", "continuous", "categorical")
     has_error = True
 
-    def __init__(self, group_records: int = 64, buckets: int = 20, rel_tol: float = 1e-10):
+    def __init__(
+        self,
+        group_records: int = 64,
+        buckets: int = 20,
+        rel_tol: float = 1e-10,
+        min_bucket_groups: int = 3,
+    ):
         self.group_records = group_records
         self.buckets = buckets
+        self.min_bucket_groups = min_bucket_groups
         self.rel_tol = rel_tol
 
     def start(self, n_units, n_hyps, device="cpu", info: list[HypothesisInfo] | None = None):
@@ -231,9 +240,19 @@ class Corr(Measure):
         return MeasureResult(r, r.copy(), err, reason)
 
     def _error(self, state: CorrState, r: np.ndarray, confidence: float) -> np.ndarray:
-        """Half-width of the grouped-jackknife confidence interval of ``r``."""
+        """Half-width of the grouped-jackknife confidence interval of ``r``.
+
+        NaN until every bucket holds ``min_bucket_groups`` groups: with one group of 64
+        records per bucket, a rare hypothesis's leave-one-out values are few and
+        heavy-tailed and the interval was too narrow. Measured over 20 random record
+        orders of the quick parentheses LSTM (``benchmarks/bench_coverage.py``), the
+        share of converged pairs within their own 95% interval of the full-data value
+        was 91.4% from one group per bucket, 94.1% from two, 98.5% from three (the SQL
+        LSTM: 96.4%, 97.5%, 98.4%). Three cost reading: early stopping's first error
+        comes after 3,840 records instead of 1,280.
+        """
         k = self.buckets
-        if bool((state.buckets.n == 0).any()):
+        if state.n_groups < self.min_bucket_groups * k or bool((state.buckets.n == 0).any()):
             return np.full(r.shape, np.nan)
         loo = state.total.without(state.buckets).r().clamp(-1, 1).cpu().numpy()  # (K, U, H)
         with np.errstate(invalid="ignore"):
