@@ -88,8 +88,14 @@ class MeasureState:
         """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.
 
         A pair is decided when ``|score| + err`` lies below the ``top_k``-th largest
-        ``|score| - err`` of its hypothesis column: reading on could move its score,
-        but not the ranking a user reads. Pairs without an error stay undecided.
+        ``|score| - err`` of its hypothesis column: at least ``top_k`` units' intervals
+        lie wholly above its own, so (as far as each interval covers the full-data
+        value, 95% each at the default confidence, not simultaneously) it is not among
+        its hypothesis's ``top_k`` units on the full data. That is all it promises: the
+        order *within* the top ``top_k`` (top-1 included) is only known to within the
+        units' errors (at most eps for converged pairs), so near-ties within eps may
+        swap ranks against a full scan. Pairs without an error stay undecided; a pair
+        decided after one block may be undecided after the next.
         """
         score = np.abs(current.unit_score)
         lo = np.where(np.isfinite(current.err), score - current.err, -np.inf)
