@@ -8,7 +8,8 @@ LLaMA/Mistral-style and OPT/GPT-NeoX-style layouts. TransformerLens hook names
 (``model.transformer.h[0].mlp.output``) are translated to our addresses.
 Per-head outputs are heads × head_dim units, head-major, whatever the hidden
 size (Qwen3 and Gemma set ``head_dim`` apart from it; GQA keys/values have
-fewer heads): :func:`input_width`, :func:`head_shape`, :func:`token_major`.
+fewer heads): :func:`reads_input`, :func:`input_width`, :func:`head_shape`,
+:func:`token_major`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ ROLES: dict[str, tuple[str, ...]] = {
 
 #: Per-head outputs: a virtual address under the block, ``{block}.attn.hook_z``.
 HEADS = "attn.hook_z"
+
+
+def reads_input(address: str) -> bool:
+    """Whether ``address`` names units of a module's *input*, not of its output.
+
+    Per-head outputs (``{block}.attn.hook_z``) are the input of the out projection
+    that the address resolves to; reading, forcing and ablating them all hook that
+    input (a forward pre-hook), since its output is already the hidden-size sum.
+    """
+    return address.endswith(HEADS)
+
 
 _TL_BLOCK = {
     "hook_resid_post": "",

@@ -5,7 +5,10 @@ every later layer sees the forced values. For a recurrent layer that is not
 enough: a unit's hidden state also feeds the next time step. The hook therefore
 recomputes the recurrent module step by step, overwriting the units' hidden
 state after every step, so the recurrence itself runs with the forced values
-(what the DNI paper means by forcing a neuron's hidden state). Hooks are removed
+(what the DNI paper means by forcing a neuron's hidden state). An address whose
+units are a module's *input* (a transformer's per-head outputs, ``attn.hook_z``,
+read as the input of the attention's out projection) is forced in a forward
+pre-hook, so the projection itself runs on the forced values. Hooks are removed
 on exit, also on error.
 """
 
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import LayerError
+from ..hf.names import reads_input
 from ..models import Model
 
 _CELLS = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell}
@@ -34,8 +38,10 @@ def force_units(
     ----------
     model : Model
     addr : str
-        A resolved address: a module (``"lstm"``, ``"head"``) or a stacked
-        recurrent layer (``"lstm.l0"``); cell states cannot be forced.
+        A resolved address: a module (``"lstm"``, ``"head"``), a stacked
+        recurrent layer (``"lstm.l0"``) or a transformer block's per-head outputs
+        (``"model.layers.0.attn.hook_z"``, the out projection's input); cell
+        states cannot be forced.
     units : sequence of int
         Indices within the layer.
     values : float or Tensor
@@ -49,12 +55,19 @@ def force_units(
         raise LayerError(f"cannot force cell states ({addr!r}); force the hidden state instead.")
     mod = model._module(base if k is not None else addr)
     idx = torch.as_tensor(list(units), dtype=torch.long)
-    if isinstance(mod, nn.RNNBase):
-        layer = mod.num_layers - 1 if k is None else k
-        hook = _recurrent_hook(layer, idx, values)
+    slots = getattr(model, "symbol_slots", None)
+    # forced units must be the units the model reads there: a transformer's per-head
+    # address is read at its out projection's input, but a real module path is read at
+    # its output even when it is named like one (a TransformerLens hook point hook_z)
+    if reads_input(addr) and addr not in model.layers:
+        handle = mod.register_forward_pre_hook(_input_hook(idx, values, slots), with_kwargs=True)
     else:
-        hook = _output_hook(idx, values, getattr(model, "symbol_slots", None))
-    handle = mod.register_forward_hook(hook, with_kwargs=True)
+        if isinstance(mod, nn.RNNBase):
+            layer = mod.num_layers - 1 if k is None else k
+            hook = _recurrent_hook(layer, idx, values)
+        else:
+            hook = _output_hook(idx, values, slots)
+        handle = mod.register_forward_hook(hook, with_kwargs=True)
     try:
         yield
     finally:
@@ -92,29 +105,44 @@ def _at_symbols(t: torch.Tensor, i: torch.Tensor, values, slots) -> None:
     t[..., i] = sub.scatter(1, where, v)
 
 
+def _forced(t: torch.Tensor, idx: torch.Tensor, values, symbol_slots) -> torch.Tensor:
+    """A copy of ``t`` (a layer's output or a module's input) with units ``idx`` forced."""
+    t = t.clone()
+    i = idx.to(t.device)
+    slots = symbol_slots(t) if symbol_slots is not None else None
+    if slots is not None:
+        _at_symbols(t, i, values, slots)
+    elif t.dim() == 3:  # (R, T, D): a sequence
+        t[..., i] = _pattern(values, t, t.shape[0], t.shape[1], len(i))
+    elif t.dim() == 2:  # (R, D): one vector per record
+        t[:, i] = _pattern(values, t, t.shape[0], 1, len(i))[:, 0]
+    elif t.dim() == 4 and torch.as_tensor(values).dim() == 0:  # (R, C, H, W): channels
+        t[:, i] = float(values)
+    else:
+        raise LayerError(f"cannot force units of a tensor of shape {tuple(t.shape)} to a pattern.")
+    return t
+
+
 def _output_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=None):
     def hook(_mod, _args, _kwargs, out):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if not isinstance(first, torch.Tensor):
             raise LayerError("the layer's output holds no tensor to force units in.")
-        t = first.clone()
-        i = idx.to(t.device)
-        slots = symbol_slots(t) if symbol_slots is not None else None
-        if slots is not None:
-            _at_symbols(t, i, values, slots)
-        elif t.dim() == 3:  # (R, T, D): a sequence
-            t[..., i] = _pattern(values, t, t.shape[0], t.shape[1], len(i))
-        elif t.dim() == 2:  # (R, D): one vector per record
-            t[:, i] = _pattern(values, t, t.shape[0], 1, len(i))[:, 0]
-        elif t.dim() == 4 and torch.as_tensor(values).dim() == 0:  # (R, C, H, W): channels
-            t[:, i] = float(values)
-        else:
-            raise LayerError(
-                f"cannot force units of a layer output of shape {tuple(t.shape)} to a pattern."
-            )
+        t = _forced(first, idx, values, symbol_slots)
         if isinstance(out, (tuple, list)):
             return type(out)([t, *out[1:]])
         return t
+
+    return hook
+
+
+def _input_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=None):
+    """A forward pre-hook forcing units of the module's first positional input."""
+
+    def hook(_mod, args, kwargs):
+        if not args or not isinstance(args[0], torch.Tensor):
+            raise LayerError("the module's first positional input is no tensor to force units in.")
+        return (_forced(args[0], idx, values, symbol_slots), *args[1:]), kwargs
 
     return hook
 
