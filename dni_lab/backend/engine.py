@@ -394,7 +394,9 @@ class Inspection:
                 new |= np.isnan(res.unit_score) & (res.reason != None) & ~s.converged  # noqa: E711
             if new.any():
                 s.freeze(res, new, self.progress.records_read)
-            if not s.measure.joint:
+            if s.measure.joint:
+                s.settle_groups(res, eps)
+            else:
                 s.decide(res, TOP_K)
         self.progress.pairs_converged = int(sum(s.converged.sum() for s in self.states))
         self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))

@@ -108,13 +108,30 @@ class MeasureState:
             self.decided = ~self.converged & (hi < kth[None, :])
         self._top_k = k
 
+    def settle_groups(self, current: MeasureResult, eps: float) -> None:
+        """A joint measure's open pairs whose *group* score has settled (error ≤ eps).
+
+        Reading on would refine such a unit's own score (a probe coefficient), not its
+        group's; the pair counts as decided for stopping and, if reading stops, is left
+        open with that reason. Without a ``group_err`` nothing is decided.
+        """
+        if current.group_err is None:
+            return
+        with np.errstate(invalid="ignore"):
+            self.decided = ~self.converged & (current.group_err <= eps)
+        self._decided_why = (
+            f"left open: the group's score settled, this unit's did not (error above eps={eps})"
+        )
+
     def leave_open(self, eps: float | None) -> None:
         """Name why each pair still open when reading stopped early was left open."""
         if eps is None:
             return
         why = np.full(self.converged.shape, None, dtype=object)
         k = getattr(self, "_top_k", None)
-        why[self.decided] = f"left open: outside its hypothesis's top {k} units"
+        why[self.decided] = getattr(
+            self, "_decided_why", f"left open: outside its hypothesis's top {k} units"
+        )
         rest = ~self.converged & ~self.decided
         why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
         self.open_reason = why

@@ -20,6 +20,7 @@ objective, and columns whose objective stops decreasing leave the active set.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.nn.functional import softplus
@@ -43,6 +44,15 @@ class Problem:
     w_row: torch.Tensor  # (n, c) loss weight of each row in each column (0 off-fold)
     lam: torch.Tensor  # (c,) L1 strength per column
     col_out: torch.Tensor  # (c,) output (hypothesis class) of each column
+
+
+class Fit(NamedTuple):
+    """What :func:`newton` ends with, to warm-start the next call and to score from."""
+
+    W: torch.Tensor  # (d, c) weights
+    mu: torch.Tensor  # (c,) per-column damping
+    open: torch.Tensor  # (c,) bool: columns that had not reached the tolerance
+    Z: torch.Tensor  # (n, c) logits X @ W
 
 
 def penalty(W: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
@@ -93,10 +103,12 @@ def newton(
     hessian_rows: int = 4096,
     mu: torch.Tensor | None = None,
     refresh: int = 3,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Fit:
     """Up to ``iters`` damped Newton steps on every column, warm-started at ``W0``.
 
-    Returns the weights and the per-column damping, to warm-start the next call.
+    Returns the weights, the per-column damping (to warm-start the next call), which
+    columns are still open (budget spent or a Stop before they reached ``tol``) and the
+    logits.
     A column stops when one step lowers its objective by less than ``tol`` times
     its base-rate entropy. Hessians are rebuilt every ``refresh`` steps, or sooner when a
     quarter of the steps found no decrease at all: building them costs more than a
@@ -107,7 +119,7 @@ def newton(
     c = W0.shape[1]
     mu = torch.full((c,), 1e-2, device=X.device) if mu is None else mu.clone()
     if c == 0 or n == 0 or iters == 0:
-        return W0, mu
+        return Fit(W0, mu, torch.ones(c, dtype=torch.bool, device=X.device), X @ W0)
     W = W0.clone()
     rows = torch.arange(0, n, max(1, n // hessian_rows), device=X.device)[:hessian_rows]
     active = torch.arange(c, device=X.device)
@@ -146,14 +158,14 @@ def newton(
         Zn = X @ Wn
         Fn = objective(p, active, Zn, Wn)
         for _ in range(6):  # Armijo, per column; only failing columns are recomputed
-            bad = (Fn > Fa + 1e-4 * t * slope).nonzero().squeeze(1)
+            bad = (~(Fn <= Fa + 1e-4 * t * slope)).nonzero().squeeze(1)  # NaN fails too
             if len(bad) == 0 or stop_requested():  # columns that got worse are undone below
                 break
             t[bad] *= 0.25
             Wn[:, bad] = Wa[:, bad] + t[bad] * step[:, bad]
             Zn[:, bad] = X @ Wn[:, bad]
             Fn[bad] = objective(p, active[bad], Zn[:, bad], Wn[:, bad])
-        worse = Fn > Fa  # no decrease even at the shortest step: keep the old weights
+        worse = ~(Fn <= Fa)  # no decrease (or a NaN) even at the shortest step: keep the old
         t[worse] = 0
         Wn[:, worse], Zn[:, worse], Fn[worse] = Wa[:, worse], Za[:, worse], Fa[worse]
         mu[active] = torch.where(t < 1, mu[active] * 8, (mu[active] / 4).clamp_min(1e-4))
@@ -163,4 +175,6 @@ def newton(
         W[:, active], Z[:, active], F[active] = Wn, Zn, Fn
         # a column that found no decrease retries with stronger damping, up to a point
         active = active[(gain >= tol) | worse & (mu[active] < 1e3)]
-    return W, mu
+    still = torch.zeros(c, dtype=torch.bool, device=X.device)
+    still[active] = True
+    return Fit(W, mu, still, Z)

@@ -76,12 +76,18 @@ class MeasureResult:
     group_score: np.ndarray
     err: np.ndarray
     reason: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #: A joint measure's error of the group score alone (``err`` bounds both scores of a
+    #: row). Where it is within eps the group's score has settled, though a unit's may not.
+    group_err: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         shape = self.unit_score.shape
         if self.reason is None:
             self.reason = np.full(shape, None, dtype=object)
-        for name in ("group_score", "err", "reason"):
+        names = ["group_score", "err", "reason"]
+        if self.group_err is not None:
+            names.append("group_err")
+        for name in names:
             arr = getattr(self, name)
             if arr.shape != shape:
                 setattr(self, name, np.broadcast_to(arr, shape).copy())

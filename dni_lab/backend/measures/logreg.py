@@ -2,26 +2,33 @@
 
 Weights have shape ``(units + 1, folds · outputs)``: one matrix product per
 optimisation step scores every hypothesis (categorical ones one-vs-rest) under
-every fold's model (DeepBase's model merging). Records are assigned to folds
-round-robin in the order the state reads them, so no record is split; fold
-``f``'s model never sees fold ``f``'s rows, which it scores afterwards.
+every fold's model (DeepBase's model merging). A record's fold (and its jackknife
+group) follows from its content (``record_codes``), never from the order it was read
+in, so no record is split and the full-data score does not depend on the order in
+which records arrive (nor do merged shards); fold ``f``'s model never sees fold
+``f``'s rows, which it scores afterwards.
 
-The state keeps a bounded, uniform sample of rows (bottom-k of random keys, so
-two states merge into the sample their union would have drawn) and the current
-weights. ``update`` takes a few warm-started damped Newton steps (``_newton``);
-``result`` optimises to convergence, so it does not depend on the read order.
+The state keeps every row read (``max_rows`` opts into a bounded uniform sample:
+bottom-k of random keys, so two states merge into the sample their union would
+have drawn) and the current weights. ``update`` takes warm-started damped Newton
+steps (``_newton``) towards the optimum on what was read and, once the fit reached
+its tolerance, records a checkpoint: the F1 and coefficients with their sampling
+errors. ``peek`` reports the last checkpoint with the error of ``_probe_error``
+(sampling half-width and the drift since half the records), so a pair counts as
+converged only when its fitted scores are settled; ``result`` optimises to the
+tolerance on everything read.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ._common import kind_reasons, new_reasons, set_reason
-from ._newton import SMOOTH, Problem, initial_weights, newton
+from ._newton import Problem, initial_weights, newton
+from ._probe_error import Checkpoint, coef_and_se, confusion_by_group, error, f1_and_se
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
 
@@ -30,15 +37,16 @@ class LogRegState:
     X: torch.Tensor  # (n, units) raw behaviors of the kept rows
     Y: torch.Tensor  # (n, outputs) 0/1 targets
     fold: torch.Tensor  # (n,) fold of each row's record
-    key: torch.Tensor  # (n,) random keys of the bottom-k sample
+    key: torch.Tensor  # (n,) random keys (the bottom-k sample when max_rows is set)
     W: torch.Tensor  # (units + 1, folds * outputs), on standardized units
     out_hyp: np.ndarray  # (outputs,) hypothesis of each output
     scorable: np.ndarray  # (hyps,) binary or categorical
     info: list[HypothesisInfo] = field(default_factory=list)
     n_records: int = 0
-    history: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    checks: list[Checkpoint] = field(default_factory=list)
     gen: torch.Generator | None = None
     damping: torch.Tensor | None = None  # per-column Newton damping, carried across blocks
+    group: torch.Tensor | None = None  # (n,) jackknife group of each row's record
 
 
 class LogReg(Measure):
@@ -52,18 +60,24 @@ class LogReg(Measure):
         smoothed within 1e-3 of zero; coefficients below 2e-3 are reported as 0).
     folds : int
         Cross-validation folds (records, never split).
-    max_rows : int
-        Symbols kept for training (a uniform sample beyond that).
+    max_rows : int or None
+        None (the default) trains on every symbol read. A number keeps a uniform
+        sample of that many symbols instead: faster, but the scores are then those of
+        the sample (the frame's provenance records the parameter).
     steps_per_block, max_iter, tol : int, int, float
-        Newton steps per block; the budget and the relative objective decrease
-        below which a probe counts as converged in ``result``.
+        Newton steps a checkpoint's fit may take, and the final fit's; the relative
+        objective decrease per step below which a fit counts as converged (a fit that
+        stops short of it never counts as converged).
+    checkpoint_growth : float
+        A block triggers a fit (a checkpoint) once the records read have grown by this
+        factor since the last one: fits cost a pass over every row read, so they come
+        at geometric steps and the whole run costs a few full fits.
     hessian_rows : int
-        Rows of the sample each Newton step builds its Hessians from.
-    window_records : int
-        Plateau window: ``err`` is the distance of the current F1 to the mean F1
-        of the blocks covering the last ``window_records`` records.
+        Rows of the data each Newton step builds its Hessians from.
+    groups : int
+        Record groups of the grouped jackknife of the F1's sampling error.
     seed : int
-        Seeds the row sample.
+        Seeds the row sample (``max_rows``).
     """
 
     name = "logreg"
@@ -75,12 +89,13 @@ class LogReg(Measure):
         self,
         C: float = 1.0,
         folds: int = 5,
-        max_rows: int = 20_000,
-        steps_per_block: int = 2,
-        max_iter: int = 30,
+        max_rows: int | None = None,
+        steps_per_block: int = 60,
+        max_iter: int = 60,
         tol: float = 1e-4,
+        checkpoint_growth: float = 1.5,
         hessian_rows: int = 4096,
-        window_records: int = 2048,
+        groups: int = 20,
         seed: int = 0,
     ) -> None:
         self.C = C
@@ -89,8 +104,9 @@ class LogReg(Measure):
         self.steps_per_block = steps_per_block
         self.max_iter = max_iter
         self.tol = tol
+        self.checkpoint_growth = checkpoint_growth
         self.hessian_rows = hessian_rows
-        self.window_records = window_records
+        self.groups = groups
         self.seed = seed
 
     # -- protocol ---------------------------------------------------------------
@@ -109,51 +125,48 @@ class LogReg(Measure):
         return LogRegState(
             X=e(0, n_units), Y=e(0, n_out), fold=e(0, dt=torch.long), key=e(0),
             W=e(n_units + 1, self.folds * n_out), out_hyp=np.asarray(out_hyp, dtype=np.int64),
-            scorable=scorable, info=info, gen=gen,
+            scorable=scorable, info=info, gen=gen, group=e(0, dt=torch.long),
         )  # fmt: skip
 
     def update(self, state: LogRegState, U, H, mask):
         R, T = mask.shape
-        rec = torch.arange(R, device=mask.device)[:, None].expand(R, T)[mask] + state.n_records
+        code = record_codes(H, mask)[:, None].expand(R, T)[mask]
         X, Hm = U[mask].float(), H[mask]
         Y = self._targets(state, Hm)
         key = torch.rand(len(X), generator=state.gen).to(X.device)
-        _append(state, X, Y, rec % self.folds, key, self.max_rows)
+        _append(state, X, Y, code % self.folds, key, (code // self.folds) % self.groups,
+                self.max_rows)  # fmt: skip
         state.n_records += R
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
-        Xs = self._design(state)
-        first = state.damping is None
-        state.W, state.damping = self._solve(state, Xs, state.W, self.steps_per_block, None, first)
-        if stop_requested():  # the F1 of a fit cut short would be read as this block's
-            return state
-        f1 = self._cv_f1(state, Xs, state.W)
-        state.history.append((state.n_records, f1))
+        last = state.checks[-1].n_records if state.checks else 0
+        if state.n_records >= self.checkpoint_growth * last:
+            self._fit(state, self.steps_per_block)
         return state
 
     def merge(self, a: LogRegState, b: LogRegState) -> LogRegState:
         out = LogRegState(
             X=a.X, Y=a.Y, fold=a.fold, key=a.key, W=(a.W + b.W) / 2,
             out_hyp=a.out_hyp, scorable=a.scorable, info=a.info, n_records=a.n_records,
-            gen=a.gen, damping=a.damping,
+            gen=a.gen, damping=a.damping, group=a.group,
         )  # fmt: skip
-        # b's records come after a's: shift its folds so round-robin continues
-        shift = a.n_records % self.folds
-        _append(out, b.X, b.Y, (b.fold + shift) % self.folds, b.key, self.max_rows)
+        _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows)
         out.n_records = a.n_records + b.n_records
-        out.history = sorted(a.history + b.history, key=lambda h: h[0])
+        out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
         return out
 
     def peek(self, state: LogRegState, confidence: float = 0.95) -> MeasureResult:
-        f1 = state.history[-1][1] if state.history else None
-        return self._scores(state, state.W, f1)
+        if not state.checks:
+            return self._scores(state, None, None)
+        return self._scores(state, state.checks[-1], *error(state.checks, confidence))
 
     def result(self, state: LogRegState, confidence: float = 0.95) -> MeasureResult:
         if len(state.X) == 0:
-            return self._scores(state, state.W, None)
-        Xs = self._design(state)
-        W, _ = self._solve(state, Xs, state.W, self.max_iter, self.tol, state.damping is None)
-        return self._scores(state, W, self._cv_f1(state, Xs, W))
+            return self._scores(state, None, None)
+        last = state.checks[-1] if state.checks else None
+        if last is None or last.n_records != state.n_records or not last.done.all():
+            self._fit(state, self.max_iter)
+        return self.peek(state, confidence)
 
     # -- internals --------------------------------------------------------------
     def _targets(self, state: LogRegState, Hm: torch.Tensor) -> torch.Tensor:
@@ -171,11 +184,9 @@ class LogReg(Measure):
         Xs = (X - mu) / torch.where(sd > 1e-8, sd, torch.ones_like(sd))
         return torch.cat([torch.ones(len(X), 1, device=X.device), Xs], dim=1)
 
-    def _solve(self, state, Xs, W0, steps: int, tol: float | None, cold: bool):
+    def _solve(self, state, Xs, W0, steps: int, cold: bool):
         """Newton steps on every (fold, output) column; ``cold`` starts from base rates."""
         k, n_out = self.folds, len(state.out_hyp)
-        if n_out == 0 or steps == 0:
-            return W0, state.damping
         train = (state.fold[:, None] != torch.arange(k, device=Xs.device)[None, :]).float()
         n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
         problem = Problem(
@@ -186,82 +197,92 @@ class LogReg(Measure):
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
         )
         W0 = initial_weights(problem) if cold else W0
-        # per-block steps stop at their budget; ``result`` at a converged objective
-        return newton(problem, W0, steps, tol if tol is not None else 0.0,
-                      self.hessian_rows, state.damping)  # fmt: skip
+        return newton(problem, W0, steps, self.tol, self.hessian_rows, state.damping)
 
-    def _cv_f1(self, state, Xs, W) -> np.ndarray:
-        """Pooled out-of-fold F1 per hypothesis (macro over classes for categorical)."""
-        k, n_out = self.folds, len(state.out_hyp)
-        n_h = len(state.scorable)
-        if n_out == 0:
-            return np.full(n_h, np.nan)
-        Zall = (Xs @ W).view(len(Xs), k, n_out)
-        pred = Zall[torch.arange(len(Xs), device=Xs.device), state.fold] > 0
-        y = state.Y > 0.5
-        tp = (pred & y).sum(0).double()
-        fp = (pred & ~y).sum(0).double()
-        fn = (~pred & y).sum(0).double()
-        den = (2 * tp + fp + fn).cpu().numpy()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            f1_out = np.where(den > 0, 2 * tp.cpu().numpy() / den, np.nan)
-        f1 = np.full(n_h, np.nan)
-        for j in np.unique(state.out_hyp):
-            vals = f1_out[state.out_hyp == j]
-            f1[j] = np.nanmean(vals) if np.isfinite(vals).any() else np.nan
-        return f1
+    def _fit(self, state: LogRegState, steps: int) -> None:
+        """Take up to ``steps`` Newton steps on every row read, then checkpoint the fit.
 
-    def _scores(self, state: LogRegState, W: torch.Tensor, f1: np.ndarray | None) -> MeasureResult:
+        A checkpoint whose fit stopped short of the tolerance (budget or a Stop) says so
+        in ``done``: its scores are the fit so far and never count as converged.
+        """
+        if len(state.out_hyp) == 0:
+            return
+        Xs = self._design(state)
+        fit = self._solve(state, Xs, state.W, steps, state.damping is None)
+        state.W, state.damping = fit.W, fit.mu
+        k, n_out, n_h = self.folds, len(state.out_hyp), len(state.scorable)
+        rows = torch.arange(len(Xs), device=Xs.device)
+        pred = fit.Z.view(len(Xs), k, n_out)[rows, state.fold] > 0  # each row by its held-out model
+        counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
+        f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
+        coef, coef_se = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h)
+        open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
+        done = np.ones(n_h, dtype=bool)
+        for j in np.unique(state.out_hyp[open_out]):
+            done[j] = False
+        state.checks.append(
+            Checkpoint(state.n_records, f1, f1_se, coef, coef_se, done, k, self.groups)
+        )
+
+    def _scores(
+        self,
+        state: LogRegState,
+        check: Checkpoint | None,
+        err: np.ndarray | None,
+        group_err: np.ndarray | None = None,
+    ) -> MeasureResult:
         n_units, n_h = state.X.shape[1], len(state.scorable)
-        k, n_out = self.folds, len(state.out_hyp)
-        coef = W[1:].view(n_units, k, n_out).mean(1).cpu().numpy() if n_out else None
-        if coef is not None:  # within the smoothing of zero: what L1 sets to zero
-            coef = np.where(np.abs(coef) < 2 * SMOOTH, 0.0, coef)
-        unit = np.full((n_units, n_h), np.nan)
-        for j in np.unique(state.out_hyp):
-            c = coef[:, state.out_hyp == j]
-            unit[:, j] = c[np.arange(n_units), np.abs(c).argmax(1)]
-        group = np.broadcast_to(f1 if f1 is not None else np.full(n_h, np.nan), unit.shape)
+        shape = (n_units, n_h)
+        unit = check.coef if check is not None else np.full(shape, np.nan)
+        group = np.broadcast_to(check.f1 if check is not None else np.full(n_h, np.nan), shape)
         reason = new_reasons(n_units, n_h)
         if len(state.X) == 0:
             set_reason(reason, True, "no symbols read")
         kind_reasons(reason, "logreg", state.info, self.kinds)
-        if n_out and len(state.X):
+        if len(state.out_hyp) and len(state.X):
             frac = state.Y.mean(0).cpu().numpy()
             const = np.zeros(n_h, dtype=bool)
             for j in np.unique(state.out_hyp):
                 top = frac[state.out_hyp == j].max()
                 const[j] = top <= 0 or top >= 1  # never or always true: nothing to probe
             set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
-        if f1 is None and len(state.X):
+        if check is None and len(state.X):
             set_reason(reason, True, "no score yet")
         ok = reason == None  # noqa: E711
         unit = np.where(ok, unit, np.nan)
         group = np.where(ok, group, np.nan)
-        return MeasureResult(unit, group, self._plateau(state, n_h), reason)
-
-    def _plateau(self, state: LogRegState, n_h: int) -> np.ndarray:
-        """|current F1 − mean F1 of the previous blocks in the window| (DeepBase §5.3.2)."""
-        if len(state.history) < 2:
-            return np.full(n_h, np.nan)
-        now_n, now = state.history[-1]
-        prev = [f for n, f in state.history[:-1] if n >= now_n - self.window_records]
-        if not prev:
-            prev = [state.history[-2][1]]
-        with warnings.catch_warnings():  # a hypothesis with no F1 in the window stays NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.abs(now - np.nanmean(np.stack(prev), axis=0))
+        err = np.full(shape, np.nan) if err is None else err
+        group_err = np.full(n_h, np.nan) if group_err is None else group_err
+        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape))
 
 
-def _append(state: LogRegState, X, Y, fold, key, max_rows: int) -> None:
+def _append(state: LogRegState, X, Y, fold, key, group, max_rows: int | None) -> None:
     state.X = torch.cat([state.X, X])
     state.Y = torch.cat([state.Y, Y])
     state.fold = torch.cat([state.fold, fold.to(state.fold.dtype)])
     state.key = torch.cat([state.key, key.to(state.key.device)])
-    if len(state.X) > max_rows:  # bottom-k of random keys: a uniform sample, mergeable
+    state.group = torch.cat([state.group, group.to(state.fold.dtype)])
+    if max_rows is not None and len(state.X) > max_rows:  # bottom-k of random keys: uniform
         keep = torch.topk(state.key, max_rows, largest=False).indices.sort().values
         state.X, state.Y = state.X[keep], state.Y[keep]
-        state.fold, state.key = state.fold[keep], state.key[keep]
+        state.fold, state.key, state.group = state.fold[keep], state.key[keep], state.group[keep]
+
+
+def record_codes(H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(R,)`` non-negative int64 code of each record, from its hypothesis values.
+
+    Integer arithmetic (values in thousandths times fixed odd multipliers, wrapping
+    modulo 2**64) is exact whatever the padding or the block, so a record gets the same
+    code in any block, order or shard; equal records share a fold, as they should.
+    """
+    T, n_h = H.shape[1:]
+    q = torch.where(mask[..., None], (H.double() * 1000).round(), 0.0).to(torch.int64)
+    gen = torch.Generator(device="cpu").manual_seed(0x5EED)
+    mult = torch.randint(1, 2**31, (T, n_h), generator=gen, dtype=torch.int64) * 2 + 1
+    pos = (q * mult.to(H.device)).sum((1, 2)) + mask.sum(1) * 0x1E3779B97F4A7C15
+    pos = pos ^ (pos >> 29)  # mix the high bits into the low ones the folds read
+    pos = pos * 0x3F58476D1CE4E5B9
+    return (pos ^ (pos >> 32)) & 0x7FFFFFFF
 
 
 def _class_index(out_hyp: np.ndarray) -> np.ndarray:

@@ -1,0 +1,128 @@
+"""How far a merged probe's scores may still move: the error ``logreg`` stops on.
+
+A probe's scores at ``n`` records differ from their full-data values for two
+reasons, and the error bounds both:
+
+* **sampling**: the records read are one draw. For the cross-validated F1 a grouped
+  jackknife over record groups (symbols of one record are not independent) of the
+  out-of-fold confusion counts gives its standard error; for a coefficient the
+  fold models *are* a delete-a-group jackknife (fold ``f``'s model is the fit without
+  fold ``f``'s records), so their spread gives its standard error at no extra fit.
+  Both become half-widths with Student's t at the confidence asked for.
+* **learning**: with more records the fit itself changes (the L1 penalty weakens as
+  ``1/n`` and the probe learns more), which no sampling interval sees. The change
+  since the checkpoint at half the records read bounds what is left of a drift that
+  shrinks like ``1/n``: ``|s(n) - s(n/2)|`` is at least ``|s(n) - s(N)|``.
+
+The error is the larger of the two, and it is NaN (not yet known) until a fit has
+reached its tolerance and a checkpoint at half the records exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.special import stdtrit
+
+from ._newton import SMOOTH
+
+
+@dataclass
+class Checkpoint:
+    """A probe's scores after one block, with their sampling errors (standard errors)."""
+
+    n_records: int
+    f1: np.ndarray  # (n_hyps,) pooled out-of-fold F1
+    f1_se: np.ndarray  # (n_hyps,) grouped-jackknife standard error
+    coef: np.ndarray  # (n_units, n_hyps) mean coefficient over folds (the unit score)
+    coef_se: np.ndarray  # (n_units, n_hyps) fold-jackknife standard error
+    done: np.ndarray  # (n_hyps,) every column of the hypothesis reached its tolerance
+    folds: int
+    groups: int
+
+
+def confusion_by_group(
+    pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int
+) -> np.ndarray:
+    """``(3, n_groups, outputs)`` true positive, false positive and false negative counts."""
+    out = torch.zeros(3, n_groups, pred.shape[1], dtype=torch.float64, device=pred.device)
+    for i, hit in enumerate((pred & y, pred & ~y, ~pred & y)):
+        out[i].index_add_(0, group, hit.double())
+    return out.cpu().numpy()
+
+
+def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    den = 2 * tp + fp + fn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, 2 * tp / np.where(den > 0, den, 1), np.nan)
+
+
+def _per_hyp(vals: np.ndarray, out_hyp: np.ndarray, n_hyps: int) -> np.ndarray:
+    """Macro mean over each hypothesis's outputs along the last axis (NaN-aware)."""
+    res = np.full((*vals.shape[:-1], n_hyps), np.nan)
+    for j in np.unique(out_hyp):
+        v = vals[..., out_hyp == j]
+        ok = np.isfinite(v)
+        with np.errstate(invalid="ignore"):
+            res[..., j] = np.where(ok.any(-1), np.where(ok, v, 0).sum(-1) / ok.sum(-1), np.nan)
+    return res
+
+
+def f1_and_se(counts: np.ndarray, out_hyp: np.ndarray, n_hyps: int) -> tuple[np.ndarray, ...]:
+    """Pooled F1 per hypothesis and its grouped-jackknife standard error."""
+    tp, fp, fn = counts
+    f1 = _per_hyp(_f1(tp.sum(0), fp.sum(0), fn.sum(0)), out_hyp, n_hyps)
+    g = tp.shape[0]
+    loo = _per_hyp(_f1(tp.sum(0) - tp, fp.sum(0) - fp, fn.sum(0) - fn), out_hyp, n_hyps)
+    with np.errstate(invalid="ignore"):  # a hypothesis without an F1 stays NaN
+        var = (g - 1) / g * ((loo - loo.mean(0)) ** 2).sum(0)
+    return f1, np.sqrt(var)
+
+
+def coef_and_se(
+    W: torch.Tensor, n_units: int, folds: int, out_hyp: np.ndarray, n_hyps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean coefficient over folds per (unit, hypothesis) and its fold-jackknife error.
+
+    A categorical hypothesis shows, per unit, the class whose mean coefficient is
+    largest in magnitude; coefficients within L1's smoothing of zero count as zero.
+    """
+    Wf = W[1:].view(n_units, folds, len(out_hyp)).double().cpu().numpy()
+    Wf = np.where(np.abs(Wf) < 2 * SMOOTH, 0.0, Wf)
+    mean = Wf.mean(1)
+    se = np.sqrt((folds - 1) / folds * ((Wf - mean[:, None, :]) ** 2).sum(1))
+    unit = np.full((n_units, n_hyps), np.nan)
+    unit_se = np.full((n_units, n_hyps), np.nan)
+    rows = np.arange(n_units)
+    for j in np.unique(out_hyp):
+        sel = np.flatnonzero(out_hyp == j)
+        pick = sel[np.abs(mean[:, sel]).argmax(1)]
+        unit[:, j], unit_se[:, j] = mean[rows, pick], se[rows, pick]
+    return unit, unit_se
+
+
+def error(checks: list[Checkpoint], confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """How far the last checkpoint's scores may move: per row, and of the group F1 alone.
+
+    Each is the larger of the sampling half-width and the drift since the checkpoint at
+    half the records read. The first, ``(n_units, n_hyps)``, bounds both scores a row
+    shows (the group F1 and the unit's coefficient); the second, ``(n_hyps,)``, the F1
+    only. NaN where the fit has not reached its tolerance or no such checkpoint exists.
+    """
+    now = checks[-1]
+    shape = now.coef.shape
+    half = [c for c in checks[:-1] if 2 * c.n_records <= now.n_records]
+    if not half:
+        return np.full(shape, np.nan), np.full(shape[1], np.nan)
+    then = half[-1]
+    q = 0.5 + confidence / 2
+    with np.errstate(invalid="ignore"):
+        f1_err = np.fmax(stdtrit(now.groups - 1, q) * now.f1_se, np.abs(now.f1 - then.f1))
+        coef_err = np.fmax(stdtrit(now.folds - 1, q) * now.coef_se, np.abs(now.coef - then.coef))
+        err = np.maximum(f1_err[None, :], coef_err)
+    settled = now.done & then.done
+    err[:, ~settled] = np.nan
+    f1_err[~settled] = np.nan
+    return err, f1_err
