@@ -25,7 +25,7 @@ from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypoth
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.models import Model
 from .backend.params import InspectParams
-from .backend.provenance import provenance
+from .backend.provenance import PartialResultWarning, provenance
 from .backend.query import Catalog, QueryError, query
 from .backend.run import Run
 
@@ -44,6 +44,7 @@ __all__ = [
     "MeasureError",
     "MeasureResult",
     "Model",
+    "PartialResultWarning",
     "Progress",
     "QueryError",
     "Run",

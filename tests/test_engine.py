@@ -453,3 +453,16 @@ def test_a_stop_during_the_final_probe_fit_returns_the_fit_so_far(char_model, hy
     probe = frame.filter(pl.col("hid") == "paren")
     assert probe.height == 12 and not probe["converged"].any()  # cut short: not "complete"
     assert probe["group_score"].is_finite().all()
+
+
+def test_provenance_records_each_measures_parameters(char_model, hyps, tmp_path):
+    # a probe's sample size changes what its scores mean: it travels with the frame
+    frame = dl.inspect(
+        [char_model], hyps, ["corr", LogReg(max_rows=500)], random_records(60, seed=5),
+        units=[("lstm", "*")], eps=None,
+    )  # fmt: skip
+    params = dl.provenance(frame)["measure_params"]
+    assert params["logreg"]["max_rows"] == 500 and params["logreg"]["C"] == 1.0
+    assert "corr" in params
+    path = dl.export(frame, tmp_path / "s.parquet")
+    assert dl.read_params(path)["measure_params"]["logreg"]["max_rows"] == 500

@@ -172,6 +172,8 @@ class Inspection:
             "models": [m.name for m in self.models],
             "hypotheses": self.hids,
             "measures": [m.name for m in self.measures],
+            # a sample, a cap or a solver budget is part of what a score means
+            "measure_params": {m.name: _plain(m.get_params()) for m in self.measures},
             "units": repr(self.units),
             **self.params.to_metadata(),
             "device": str(self.device),
@@ -474,6 +476,12 @@ def _stopped_reasons(frame: pl.DataFrame, records_read: int) -> pl.DataFrame:
     why = f"not converged: stopped by the user after {records_read:,} records"
     open_ = ~pl.col("converged") & pl.col("reason").is_null()
     return frame.with_columns(reason=pl.when(open_).then(pl.lit(why)).otherwise(pl.col("reason")))
+
+
+def _plain(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as JSON-ready values (anything else as its repr)."""
+    ok = (str, int, float, bool, type(None))
+    return {k: v if isinstance(v, ok) else repr(v) for k, v in params.items()}
 
 
 def _length(data: Any, max_records: int | None) -> int | None:
