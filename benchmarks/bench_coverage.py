@@ -40,7 +40,6 @@ import torch
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")  # replayed blocks: nothing to memo
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -224,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="orders for logreg (its fits are slow; default: --orders)")  # fmt: skip
     ap.add_argument("--json", type=Path, default=REPO / "benchmarks/results/coverage.json")
     args = ap.parse_args(argv)
+    # replayed blocks: nothing to memo (set here, not on import: tests import this module)
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     orders = args.orders or (3 if args.quick else 20)
     n = 2_500 if args.quick else 10_000
