@@ -112,7 +112,7 @@ def test_a_stopped_run_keeps_its_converged_pairs_and_marks_the_rest():
             first["at"] = run.progress.records_read
 
     run = dl.inspect(model, [_hyp_family()], ["corr"], list(range(20_000)), units=[("", "*")],
-                     eps=0.02, block_size=64, cache=False, background=True)  # fmt: skip
+                     eps=0.01, block_size=64, cache=False, background=True)  # fmt: skip
     run.on_block(stop_a_block_after_the_first_convergence)
     ended(run)
     with pytest.warns(PartialResultWarning):
@@ -187,7 +187,7 @@ QUERY = "SELECT S.uid, S.n_records, S.converged INSPECT lm AND keywords OVER tex
 @pytest.fixture
 def ns():
     lm = dl.Model(sql_checkpoint(1.0), encode_sql, name="lm")
-    return {"lm": lm, "keywords": dl.hypothesis(keywords), "texts": sql_records(3000, seed=3)}
+    return {"lm": lm, "keywords": dl.hypothesis(keywords), "texts": sql_records(6000, seed=3)}
 
 
 def test_a_query_result_keeps_its_provenance_and_reads_honestly(ns):
@@ -199,11 +199,11 @@ def test_a_query_result_keeps_its_provenance_and_reads_honestly(ns):
     assert rec is not None and "ORDER BY" in rec["query"] and rec["eps"] == 0.2
     assert rec["stopped_early"] and not rec["partial"]
     s = run.frame  # S: the INSPECT frame every row of the result came from
-    assert rec["records_read"] == run.progress.records_read == s["n_records"].max() < 3000
-    assert run.progress.total_records == 3000
+    assert rec["records_read"] == run.progress.records_read == s["n_records"].max() < 6000
+    assert run.progress.total_records == 6000
     assert len(rec["steps"]) == 1 and rec["steps"][0]["weights_sha256"]
     line = progress_line(ScoreTable(run)._status)
-    assert line.startswith(f"{rec['records_read']:,} of 3,000 records read — ")
+    assert line.startswith(f"{rec['records_read']:,} of 6,000 records read — ")
     assert "early stopping" in line
 
 
@@ -220,7 +220,7 @@ def test_a_stopped_query_is_partial(ns):
         res = run.result()
     rec = dl.provenance(res)
     read = run.progress.records_read
-    assert rec["partial"] and rec["partial_reason"] == f"{STOPPED} {read:,} of 3,000 records"
+    assert rec["partial"] and rec["partial_reason"] == f"{STOPPED} {read:,} of 6,000 records"
     assert isinstance(res, pl.DataFrame) and not res["converged"].any()
     assert (res["n_records"] == read).all()
 

@@ -193,8 +193,11 @@ def test_inputs_can_be_filtered_and_options_come_from_with_or_the_call(lab):
         "WITH (eps = NULL, block_size = 4)"
     )
     assert q(cat, sql)["n_records"].unique().to_list() == [100]
-    stopped = q(cat, sql, eps=0.5)  # the call overrides WITH
-    assert stopped["n_records"].max() < 100 and stopped["converged"].all()
+    # the call overrides WITH's eps and keeps its block_size (corr's error needs more
+    # than these 100 records, so the provenance says which options the run read with)
+    prov = dl.provenance(q(cat, sql, eps=0.5))
+    assert prov["eps"] == 0.5 and prov["block_size"] == 4
+    assert prov["steps"][0]["eps"] == 0.5
 
 
 def test_namespace_objects_by_name_without_registration(lab):
