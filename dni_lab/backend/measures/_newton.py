@@ -40,8 +40,11 @@ class Problem:
     """One merged probe: design, targets and per-column weights and penalties."""
 
     X: torch.Tensor  # (n, d) standardised units, column 0 the intercept
-    Y: torch.Tensor  # (n, c) 0/1 targets per column
-    w_row: torch.Tensor  # (n, c) loss weight of each row in each column (0 off-fold)
+    # Per-column quantities are stored one column per *row*: the active set is gathered
+    # every step, and gathering rows of a contiguous matrix is a copy of whole rows,
+    # where gathering its columns reads every cache line (it cost a third of a fit).
+    Y: torch.Tensor  # (c, n) 0/1 targets of each column
+    w_row: torch.Tensor  # (c, n) loss weight of each row in each column (0 off-fold)
     lam: torch.Tensor  # (c,) L1 strength per column
     col_out: torch.Tensor  # (c,) output (hypothesis class) of each column
 
@@ -52,7 +55,7 @@ class Fit(NamedTuple):
     W: torch.Tensor  # (d, c) weights
     mu: torch.Tensor  # (c,) per-column damping
     open: torch.Tensor  # (c,) bool: columns that had not reached the tolerance
-    Z: torch.Tensor  # (n, c) logits X @ W
+    Z: torch.Tensor  # (c, n) logits (X @ W)ᵀ
 
 
 def penalty(W: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
@@ -61,20 +64,33 @@ def penalty(W: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
 
 
 def objective(p: Problem, cols: torch.Tensor, Z: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Exact objective of ``cols`` given their logits ``Z`` and weights ``W``."""
+    """Exact objective of ``cols`` given their logits ``Z`` ``(len(cols), n)`` and weights."""
     Z = Z.clamp(-CLIP, CLIP)
-    loss = (softplus(Z) - p.Y[:, cols] * Z) * p.w_row[:, cols]
-    return loss.sum(0) + penalty(W, p.lam[cols])
+    loss = (softplus(Z) - _rows(p.Y, cols) * Z) * _rows(p.w_row, cols)
+    return loss.sum(1) + penalty(W, p.lam[cols])
+
+
+def logits(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``(X @ W)ᵀ``, ``(c, n)``, as one product (BLAS reads the transposes in place)."""
+    return W.T @ X.T
+
+
+def _rows(M: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The rows ``cols`` of a per-column matrix; no copy while every column is active.
+
+    ``cols`` is always sorted and unique here, so its length tells whether it is all.
+    """
+    return M if len(cols) == M.shape[0] else M[cols]
 
 
 def _base_rate(p: Problem) -> torch.Tensor:
-    rate = (p.Y * p.w_row).sum(0) / p.w_row.sum(0).clamp_min(1e-12)
+    rate = (p.Y * p.w_row).sum(1) / p.w_row.sum(1).clamp_min(1e-12)
     return rate.clamp(1e-4, 1 - 1e-4)
 
 
 def initial_weights(p: Problem) -> torch.Tensor:
     """Zero slopes and the intercept at each column's base rate."""
-    W = torch.zeros(p.X.shape[1], p.Y.shape[1], device=p.X.device)
+    W = torch.zeros(p.X.shape[1], p.Y.shape[0], device=p.X.device)
     rate = _base_rate(p)
     W[0] = torch.log(rate / (1 - rate))
     return W
@@ -84,14 +100,15 @@ def _hessians(p: Problem, cols: torch.Tensor, P: torch.Tensor, rows: torch.Tenso
     """One Hessian per output of ``cols``, averaged over its folds, from ``rows``."""
     outs, pos = torch.unique(p.col_out[cols], return_inverse=True)
     Xm = p.X[rows]
-    on = (p.w_row[rows][:, cols] > 0).to(P.dtype)
-    curv = P[rows] * (1 - P[rows]) * on
-    num = torch.zeros(len(rows), len(outs), device=P.device).index_add_(1, pos, curv)
-    den = torch.zeros_like(num).index_add_(1, pos, on)
+    on = (_rows(p.w_row, cols)[:, rows] > 0).to(P.dtype)
+    Pm = P[:, rows]
+    curv = Pm * (1 - Pm) * on
+    num = torch.zeros(len(outs), len(rows), device=P.device).index_add_(0, pos, curv)
+    den = torch.zeros_like(num).index_add_(0, pos, on)
     D = num / den.clamp_min(1)
     H = torch.empty(len(outs), Xm.shape[1], Xm.shape[1], device=P.device)
     for s in range(0, len(outs), _CHUNK):
-        H[s : s + _CHUNK] = (Xm.T[None] * D[:, s : s + _CHUNK].T[:, None, :]) @ Xm / len(rows)
+        H[s : s + _CHUNK] = (Xm.T[None] * D[s : s + _CHUNK, None, :]) @ Xm / len(rows)
     return H, pos
 
 
@@ -119,11 +136,11 @@ def newton(
     c = W0.shape[1]
     mu = torch.full((c,), 1e-2, device=X.device) if mu is None else mu.clone()
     if c == 0 or n == 0 or iters == 0:
-        return Fit(W0, mu, torch.ones(c, dtype=torch.bool, device=X.device), X @ W0)
+        return Fit(W0, mu, torch.ones(c, dtype=torch.bool, device=X.device), logits(X, W0))
     W = W0.clone()
     rows = torch.arange(0, n, max(1, n // hessian_rows), device=X.device)[:hessian_rows]
     active = torch.arange(c, device=X.device)
-    Z = X @ W
+    Z = logits(X, W)
     F = objective(p, active, Z, W)
     # Progress is judged against the loss of knowing only the base rate (its entropy):
     # relative to the objective itself, a separable probe whose loss keeps halving as
@@ -132,17 +149,20 @@ def newton(
     scale = -(rate * rate.log() + (1 - rate) * (1 - rate).log())
     H_all = torch.empty(int(p.col_out.max()) + 1, d, d, device=X.device)
     stale = refresh  # steps since the Hessians were built: build them first
+    # ``q`` holds the active columns only, so a step gathers nothing: it shrinks with them
+    q, Za, Fa = p, Z, F.clone()
     for _ in range(iters):
         if len(active) == 0 or stop_requested():  # a Stop acts within a step, not a block
             break
-        Wa, Za, Fa, lam = W[:, active], Z[:, active], F[active], p.lam[active]
+        every = torch.arange(len(active), device=X.device)
+        Wa, lam = W[:, active], q.lam
         P = torch.sigmoid(Za.clamp(-CLIP, CLIP))
         root = torch.sqrt(Wa[1:] ** 2 + SMOOTH**2)
-        g = X.T @ ((P - p.Y[:, active]) * p.w_row[:, active])
+        g = (((P - q.Y) * q.w_row) @ X).T
         g[1:] += lam * Wa[1:] / root
         if stale >= refresh:
-            H, _ = _hessians(p, active, P, rows)
-            H_all[torch.unique(p.col_out[active])] = H
+            H, _ = _hessians(q, every, P, rows)
+            H_all[torch.unique(q.col_out)] = H
             stale = 0
         stale += 1
         diag = torch.zeros(len(active), d, device=X.device)
@@ -150,31 +170,39 @@ def newton(
         diag += (mu[active] * g.norm(dim=0).sqrt() + 1e-8)[:, None]
         if stop_requested():  # the Hessians took a while: check before the step
             break
-        L, _ = torch.linalg.cholesky_ex(H_all[p.col_out[active]] + torch.diag_embed(diag))
+        L, _ = torch.linalg.cholesky_ex(H_all[q.col_out] + torch.diag_embed(diag))
         step = -torch.cholesky_solve(g.T[:, :, None], L).squeeze(2).T
         slope = (g * step).sum(0)
         t = torch.ones(len(active), device=X.device)
         Wn = Wa + step
-        Zn = X @ Wn
-        Fn = objective(p, active, Zn, Wn)
+        Zn = logits(X, Wn)
+        Fn = objective(q, every, Zn, Wn)
         for _ in range(6):  # Armijo, per column; only failing columns are recomputed
             bad = (~(Fn <= Fa + 1e-4 * t * slope)).nonzero().squeeze(1)  # NaN fails too
             if len(bad) == 0 or stop_requested():  # columns that got worse are undone below
                 break
             t[bad] *= 0.25
             Wn[:, bad] = Wa[:, bad] + t[bad] * step[:, bad]
-            Zn[:, bad] = X @ Wn[:, bad]
-            Fn[bad] = objective(p, active[bad], Zn[:, bad], Wn[:, bad])
+            Zn[bad] = logits(X, Wn[:, bad])
+            Fn[bad] = objective(q, bad, Zn[bad], Wn[:, bad])
         worse = ~(Fn <= Fa)  # no decrease (or a NaN) even at the shortest step: keep the old
         t[worse] = 0
-        Wn[:, worse], Zn[:, worse], Fn[worse] = Wa[:, worse], Za[:, worse], Fa[worse]
+        Wn[:, worse], Zn[worse], Fn[worse] = Wa[:, worse], Za[worse], Fa[worse]
         mu[active] = torch.where(t < 1, mu[active] * 8, (mu[active] / 4).clamp_min(1e-4))
         if worse.float().mean() > 0.25:
             stale = refresh
         gain = (Fa - Fn) / scale[active]
-        W[:, active], Z[:, active], F[active] = Wn, Zn, Fn
+        W[:, active], F[active] = Wn, Fn
         # a column that found no decrease retries with stronger damping, up to a point
-        active = active[(gain >= tol) | worse & (mu[active] < 1e3)]
+        keep = (gain >= tol) | worse & (mu[active] < 1e3)
+        if keep.all():
+            Za, Fa = Zn, Fn
+            continue
+        Z[active[~keep]] = Zn[~keep]
+        active, Za, Fa = active[keep], Zn[keep], Fn[keep]
+        q = Problem(X, q.Y[keep], q.w_row[keep], q.lam[keep], q.col_out[keep])
+    if len(active):
+        Z[active] = Za
     still = torch.zeros(c, dtype=torch.bool, device=X.device)
     still[active] = True
     return Fit(W, mu, still, Z)

@@ -191,8 +191,8 @@ class LogReg(Measure):
         n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
         problem = Problem(
             X=Xs,
-            Y=state.Y.repeat(1, k),
-            w_row=(train / n_f).repeat_interleave(n_out, dim=1),
+            Y=state.Y.T.repeat(k, 1),
+            w_row=(train / n_f).T.repeat_interleave(n_out, dim=0),
             lam=(1.0 / (self.C * n_f)).repeat_interleave(n_out),
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
         )
@@ -212,7 +212,8 @@ class LogReg(Measure):
         state.W, state.damping = fit.W, fit.mu
         k, n_out, n_h = self.folds, len(state.out_hyp), len(state.scorable)
         rows = torch.arange(len(Xs), device=Xs.device)
-        pred = fit.Z.view(len(Xs), k, n_out)[rows, state.fold] > 0  # each row by its held-out model
+        # each row scored by the model of its held-out fold
+        pred = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows] > 0
         counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
         coef, coef_se = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h)
