@@ -201,7 +201,7 @@ def newton(
         Z[active[~keep]] = Zn[~keep]
         active, Za, Fa = active[keep], Zn[keep], Fn[keep]
         q = Problem(X, q.Y[keep], q.w_row[keep], q.lam[keep], q.col_out[keep])
-    if len(active):
+    if len(active) and Za is not Z:  # (still Z itself when no step was taken)
         Z[active] = Za
     still = torch.zeros(c, dtype=torch.bool, device=X.device)
     still[active] = True
