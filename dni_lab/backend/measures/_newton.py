@@ -33,6 +33,7 @@ SMOOTH = 1e-3  # ε of the smoothed absolute value, on standardised units
 # subnormal floats, which the CPU handles ~20x slower.
 CLIP = 30.0
 _CHUNK = 32  # outputs per batched Hessian product (bounds peak memory)
+_CHUNK_ELEMS = 2**21  # elements of one temporary in the row-chunked passes
 
 
 @dataclass
@@ -63,11 +64,33 @@ def penalty(W: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     return lam * (torch.sqrt(W[1:] ** 2 + SMOOTH**2) - SMOOTH).sum(0)
 
 
+def _spans(n: int, c: int) -> list[slice]:
+    """Slices of the rows such that a ``(c, rows)`` temporary stays about 8 MiB.
+
+    Whole-matrix temporaries of a large probe are hundreds of MiB: each one is mapped
+    and unmapped by the allocator, and the page faults cost more than the arithmetic.
+    """
+    step = max(1024, _CHUNK_ELEMS // max(c, 1))
+    return [slice(a, min(a + step, n)) for a in range(0, n, step)]
+
+
 def objective(p: Problem, cols: torch.Tensor, Z: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """Exact objective of ``cols`` given their logits ``Z`` ``(len(cols), n)`` and weights."""
-    Z = Z.clamp(-CLIP, CLIP)
-    loss = (softplus(Z) - _rows(p.Y, cols) * Z) * _rows(p.w_row, cols)
-    return loss.sum(1) + penalty(W, p.lam[cols])
+    Y, w = _rows(p.Y, cols), _rows(p.w_row, cols)
+    total = torch.zeros(len(cols), dtype=Z.dtype, device=Z.device)
+    for sl in _spans(Z.shape[1], len(cols)):
+        z = Z[:, sl].clamp(-CLIP, CLIP)
+        total += ((softplus(z) - Y[:, sl] * z) * w[:, sl]).sum(1)
+    return total + penalty(W, p.lam[cols])
+
+
+def _gradient(p: Problem, Z: torch.Tensor) -> torch.Tensor:
+    """``(d, c)`` gradient of the mean log-loss of every column of ``p`` at logits ``Z``."""
+    g = torch.zeros(p.X.shape[1], Z.shape[0], dtype=Z.dtype, device=Z.device)
+    for sl in _spans(Z.shape[1], Z.shape[0]):
+        r = (torch.sigmoid(Z[:, sl].clamp(-CLIP, CLIP)) - p.Y[:, sl]) * p.w_row[:, sl]
+        g += (r @ p.X[sl]).T
+    return g
 
 
 def logits(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -97,11 +120,14 @@ def initial_weights(p: Problem) -> torch.Tensor:
 
 
 def _hessians(p: Problem, cols: torch.Tensor, P: torch.Tensor, rows: torch.Tensor):
-    """One Hessian per output of ``cols``, averaged over its folds, from ``rows``."""
+    """One Hessian per output of ``cols``, averaged over its folds, from ``rows``.
+
+    ``P`` holds the logits of ``cols``, ``(len(cols), n)``; only ``rows`` are read.
+    """
     outs, pos = torch.unique(p.col_out[cols], return_inverse=True)
     Xm = p.X[rows]
     on = (_rows(p.w_row, cols)[:, rows] > 0).to(P.dtype)
-    Pm = P[:, rows]
+    Pm = torch.sigmoid(P[:, rows].clamp(-CLIP, CLIP))
     curv = Pm * (1 - Pm) * on
     num = torch.zeros(len(outs), len(rows), device=P.device).index_add_(0, pos, curv)
     den = torch.zeros_like(num).index_add_(0, pos, on)
@@ -156,12 +182,11 @@ def newton(
             break
         every = torch.arange(len(active), device=X.device)
         Wa, lam = W[:, active], q.lam
-        P = torch.sigmoid(Za.clamp(-CLIP, CLIP))
         root = torch.sqrt(Wa[1:] ** 2 + SMOOTH**2)
-        g = (((P - q.Y) * q.w_row) @ X).T
+        g = _gradient(q, Za)
         g[1:] += lam * Wa[1:] / root
         if stale >= refresh:
-            H, _ = _hessians(q, every, P, rows)
+            H, _ = _hessians(q, every, Za, rows)
             H_all[torch.unique(q.col_out)] = H
             stale = 0
         stale += 1
