@@ -139,6 +139,25 @@ def _cluster(c: dict) -> tuple[str, str, str]:
             f"{times(two['vs_single_process'])} ({times(two['speedup'])} vs 1 worker)")  # fmt: skip
 
 
+def _coverage(measure: str):
+    """Cells of one measure's coverage rows (both workloads in one cell)."""
+
+    def rows(c: dict) -> list[dict]:
+        return [r for r in c["rows"] if r["measure"] == measure]
+
+    def cells(c: dict) -> tuple[str, str, str]:
+        rs = rows(c)
+        ours = "; ".join(f"{r['workload']}: {pct(r['within_eps'])} within eps, "
+                         f"{pct(r['within_err'])} within its error" for r in rs)
+        size = "; ".join(f"{r['workload']}: {r['orders']} orders of {r['records']:,} records, "
+                         f"median {r['median_records_read']:,.0f} read" for r in rs)
+        worst = min(r["within_eps"] for r in rs)
+        return ours, size, f"worst {pct(worst)}"
+
+    target = (Target("", ">=", 95, "%", lambda c: 100 * min(r["within_eps"] for r in rows(c))),)
+    return cells, target
+
+
 _DEMO = "`dni-lab demo` (corr + logreg, default eps), model stored, cold hypothesis cache"
 _EARLY = ("read ", "<=", 25, "%"), ("within eps ", ">=", 95, "%")
 
@@ -187,6 +206,10 @@ ROWS: tuple[Row, ...] = (
                 / r["inspect"]["full_scan"]["records_read"]),
          Target(*_EARLY[1],
                 lambda r: r["inspect"]["early_stop"]["share_within_eps_of_full"] * 100))),
+    Row("converged `corr` pairs within eps of the full-data score, random record orders, "
+        "SQL and parentheses LSTMs", "`bench_coverage.py`", "coverage", *_coverage("corr")),
+    Row("converged `logreg` pairs (F1 and coefficient) within eps of the full-data score",
+        "`bench_coverage.py --quick`", "coverage", *_coverage("logreg")),
     Row("extraction through the Hugging Face adapter vs a bare forward pass",
         "`bench_hf_extract.py`", "hf_extract", _hf,
         (Target("", ">=", 0.8, "×", lambda h: h["ratio_vs_bare"]),)),
