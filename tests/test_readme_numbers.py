@@ -135,11 +135,11 @@ def test_the_scan_catches_a_typed_number_and_a_wrong_source():
 def test_the_table_check_catches_an_edited_number(tmp_path):
     results = rt.load_results()
     probes = json.loads(json.dumps(results["probes"]))
-    probes["neurox"]["max_abs_f1_diff"] = 0.005  # within the target: the ✗ must become ✓
+    probes["sklearn"]["max_abs_f1_diff"] = 0.05  # beyond the target: the row must say ✗
     edited = rt.render_table({**results, "probes": probes})
     assert edited != rt.render_table(results)
-    neurox = next(r for r in ROWS if r.source == "probes" and "NeuroX" in r.what)
-    assert rt.render_row(neurox, {**results, "probes": probes}).endswith("\\|ΔF1\\| ≤ 0.01 ✓ |")
+    sk = next(r for r in ROWS if r.source == "probes" and "scikit-learn" in r.what)
+    assert rt.render_row(sk, {**results, "probes": probes}).endswith("\\|ΔF1\\| ≤ 0.01 ✗ |")
 
 
 def test_a_row_without_its_file_says_not_measured():
