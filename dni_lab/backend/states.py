@@ -54,6 +54,8 @@ class MeasureState:
     frozen_records: np.ndarray | None = field(default=None)
     decided: np.ndarray = field(default=None)  # type: ignore[assignment]
     open_reason: np.ndarray | None = field(default=None)
+    #: why a decided pair was left open, written by whichever rule decided it
+    decided_why: str = ""
 
     def __post_init__(self) -> None:
         if self.decided is None:
@@ -106,7 +108,7 @@ class MeasureState:
         kth = -np.partition(-np.nan_to_num(lo, nan=-np.inf), k - 1, axis=0)[k - 1]
         with np.errstate(invalid="ignore"):
             self.decided = ~self.converged & (hi < kth[None, :])
-        self._top_k = k
+        self.decided_why = f"left open: outside its hypothesis's top {k} units"
 
     def settle_groups(self, current: MeasureResult, eps: float) -> None:
         """A joint measure's open pairs whose *group* score has settled (error ≤ eps).
@@ -119,7 +121,7 @@ class MeasureState:
             return
         with np.errstate(invalid="ignore"):
             self.decided = ~self.converged & (current.group_err <= eps)
-        self._decided_why = (
+        self.decided_why = (
             f"left open: the group's score settled, this unit's did not (error above eps={eps})"
         )
 
@@ -128,10 +130,7 @@ class MeasureState:
         if eps is None:
             return
         why = np.full(self.converged.shape, None, dtype=object)
-        k = getattr(self, "_top_k", None)
-        why[self.decided] = getattr(
-            self, "_decided_why", f"left open: outside its hypothesis's top {k} units"
-        )
+        why[self.decided] = self.decided_why
         rest = ~self.converged & ~self.decided
         why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
         self.open_reason = why

@@ -221,7 +221,7 @@ class HFModel(Model):
         return super().resolve_layer(layer)
 
     def _module(self, name: str) -> nn.Module:
-        if name.endswith(names.HEADS):
+        if names.reads_input(name):
             block = name[: -len(names.HEADS) - 1]
             return self.module.get_submodule(names.role(self.module, block, "out_proj"))
         return super()._module(name)
@@ -244,7 +244,7 @@ class HFModel(Model):
     @contextlib.contextmanager
     def capture(self, addresses: Sequence[str]) -> Iterator[dict[str, Any]]:
         """Hooks as in :class:`Model`; captured outputs come back in symbol order."""
-        heads = [a for a in addresses if a.endswith(names.HEADS)]
+        heads = [a for a in addresses if names.reads_input(a)]
         plain = [a for a in addresses if a not in heads]
         store = _SymbolStore(self)
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:

@@ -119,20 +119,20 @@ def initial_weights(p: Problem) -> torch.Tensor:
     return W
 
 
-def _hessians(p: Problem, cols: torch.Tensor, P: torch.Tensor, rows: torch.Tensor):
+def _hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, rows: torch.Tensor):
     """One Hessian per output of ``cols``, averaged over its folds, from ``rows``.
 
-    ``P`` holds the logits of ``cols``, ``(len(cols), n)``; only ``rows`` are read.
+    ``Z`` holds the logits of ``cols``, ``(len(cols), n)``; only ``rows`` are read.
     """
     outs, pos = torch.unique(p.col_out[cols], return_inverse=True)
     Xm = p.X[rows]
-    on = (_rows(p.w_row, cols)[:, rows] > 0).to(P.dtype)
-    Pm = torch.sigmoid(P[:, rows].clamp(-CLIP, CLIP))
+    on = (_rows(p.w_row, cols)[:, rows] > 0).to(Z.dtype)
+    Pm = torch.sigmoid(Z[:, rows].clamp(-CLIP, CLIP))
     curv = Pm * (1 - Pm) * on
-    num = torch.zeros(len(outs), len(rows), device=P.device).index_add_(0, pos, curv)
+    num = torch.zeros(len(outs), len(rows), device=Z.device).index_add_(0, pos, curv)
     den = torch.zeros_like(num).index_add_(0, pos, on)
     D = num / den.clamp_min(1)
-    H = torch.empty(len(outs), Xm.shape[1], Xm.shape[1], device=P.device)
+    H = torch.empty(len(outs), Xm.shape[1], Xm.shape[1], device=Z.device)
     for s in range(0, len(outs), _CHUNK):
         H[s : s + _CHUNK] = (Xm.T[None] * D[s : s + _CHUNK, None, :]) @ Xm / len(rows)
     return H, pos
