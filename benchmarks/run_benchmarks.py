@@ -42,9 +42,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-# Every run here pays its own forward pass: a repeated block must not come from the
-# models' behavior memo (bench_warm_query.py measures that on purpose).
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:  # run as a script: make dni_lab, hypotheses, benchmarks importable
     sys.path.insert(0, str(REPO))
 
@@ -779,6 +776,10 @@ def footnotes(res: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Every run here pays its own forward pass: a repeated block must not come from the
+    # models' behavior memo. Set here, not on import: bench_warm_query.py imports this
+    # module and measures the memo on purpose (the import had turned it off there).
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small smoke-test size (< 60 s)")
     ap.add_argument("--name", help="result file stem (default: quick or full)")
