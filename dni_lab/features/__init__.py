@@ -1,0 +1,36 @@
+"""Learned features as units: SAE latents and transcoders, loaded, trained and scored.
+
+>>> sae = dl.features.load("saes/resid_1")                    # doctest: +SKIP
+>>> frame = dl.inspect(model, data, hyps, units=[sae])        # doctest: +SKIP
+
+A feature set attaches to its model's hook: the extractor reads the hook's
+activation, the set encodes it once per block, and every measure scores its
+latents as units of the layer ``"{hook}:{name}"``.
+"""
+
+from __future__ import annotations
+
+from .architectures import ARCHITECTURES
+from .base import FeatureSet
+from .formats.saelens import save
+from .gated import GatedSAE
+from .jumprelu import JumpReLUSAE
+from .loading import load
+from .standard import StandardSAE
+from .topk import TopKSAE
+from .transcoder import JumpReLUSkipTranscoder, JumpReLUTranscoder, SkipTranscoder, Transcoder
+
+__all__ = [
+    "ARCHITECTURES",
+    "FeatureSet",
+    "GatedSAE",
+    "JumpReLUSAE",
+    "JumpReLUSkipTranscoder",
+    "JumpReLUTranscoder",
+    "SkipTranscoder",
+    "StandardSAE",
+    "TopKSAE",
+    "Transcoder",
+    "load",
+    "save",
+]

@@ -1,0 +1,1 @@
+"""Readers and writers of the on-disk formats feature sets come in."""

@@ -1,0 +1,128 @@
+"""SAELens' layout: ``cfg.json`` + ``sae_weights.safetensors`` (+ ``sparsity.safetensors``).
+
+Version 6 configs keep the hook in ``metadata.hook_name`` and say so with
+``metadata.sae_lens_version``; without a version a config is read as SAELens does
+pre-6 ones (``hook_point``, ``activation_fn_str``, TopK as
+``activation_fn_kwargs.k``, a boolean ``normalize_activations``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..._version import __version__
+from ...backend.errors import DNIError
+from ..architectures import feature_class, with_weights
+from ..base import FeatureSet
+
+CFG = "cfg.json"
+WEIGHTS = "sae_weights.safetensors"
+SPARSITY = "sparsity.safetensors"
+#: The SAELens release whose layout :func:`save` writes (read back by its ``load_from_disk``).
+SAE_LENS_VERSION = "6.54.0"
+
+
+def safetensors():
+    try:
+        import safetensors.torch as st
+    except ImportError as exc:  # pragma: no cover - safetensors comes with the extra
+        raise DNIError(
+            "reading and writing feature sets needs safetensors: pip install dni_lab[features]."
+        ) from exc
+    return st
+
+
+def _version(cfg: dict[str, Any]) -> tuple[int, ...]:
+    v = cfg.get("sae_lens_version") or (cfg.get("metadata") or {}).get("sae_lens_version")
+    if not v:
+        return (0,)
+    return tuple(int(p) for p in str(v).split("-")[0].split(".")[:3] if p.isdigit())
+
+
+def _pre6(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A pre-6 config in version 6's terms, with SAELens' defaults of that conversion."""
+    cfg = dict(cfg)
+    if "hook_point" in cfg and "hook_name" not in cfg:
+        cfg["hook_name"] = cfg.pop("hook_point")
+    act = cfg.get("activation_fn", cfg.get("activation_fn_str", "relu"))
+    k = (cfg.get("activation_fn_kwargs") or {}).get("k")
+    if act == "topk" and k is not None:
+        cfg["architecture"] = "topk"
+        cfg["k"] = k
+    cfg.setdefault("architecture", "standard")
+    cfg.setdefault("apply_b_dec_to_input", True)
+    norm = cfg.get("normalize_activations")
+    if isinstance(norm, bool):
+        norm = "expected_average_only_in" if norm else "none"
+    cfg["normalize_activations"] = norm or "none"
+    return cfg
+
+
+def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = None) -> FeatureSet:
+    """The feature set saved in directory ``path`` in SAELens' layout."""
+    source = f"SAELens feature set {str(path)!r}"
+    cfg = json.loads((path / CFG).read_text())
+    if _version(cfg) < (6,):
+        cfg = _pre6(cfg)
+    meta = dict(cfg.get("metadata") or {})
+    hook = meta.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point")
+    if not hook:
+        raise DNIError(f"{source}: cfg.json names no hook (metadata.hook_name or hook_point).")
+    cls = feature_class(cfg.get("architecture", "standard"), source)
+    weights_file = path / WEIGHTS
+    if not weights_file.exists():
+        raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
+    weights = safetensors().load_file(str(weights_file))
+    kwargs: dict[str, Any] = {}
+    if cls.architecture == "topk":
+        kwargs.update(
+            k=cfg["k"], rescale_acts_by_decoder_norm=cfg.get("rescale_acts_by_decoder_norm", False)
+        )
+    if "d_out" in cfg:
+        kwargs.update(d_out=cfg["d_out"], hook_out=meta.get("hook_name_out"))
+    fs = cls(
+        cfg["d_in"],
+        cfg["d_sae"],
+        hook,
+        name=name or meta.get("dni_lab_name") or path.name,
+        dtype=dtype or cfg.get("dtype", "float32"),
+        apply_b_dec_to_input=cfg.get("apply_b_dec_to_input", True),
+        normalize_activations=cfg.get("normalize_activations", "none"),
+        meta=meta,
+        **kwargs,
+    )
+    with_weights(fs, weights, f"{source} ({WEIGHTS})", cast=dtype is not None)
+    if (path / SPARSITY).exists():
+        fs.log_sparsity = safetensors().load_file(str(path / SPARSITY)).get("sparsity")
+    return fs
+
+
+def save(fs: FeatureSet, path: str | Path, model_name: str | None = None) -> Path:
+    """Write ``fs`` in SAELens' version-6 layout, readable by ``SAE.load_from_disk``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = fs.config()
+    meta = {
+        **{k: v for k, v in fs.meta.items() if isinstance(v, (str, int, float, bool, type(None)))},
+        "sae_lens_version": SAE_LENS_VERSION,
+        "hook_name": fs.hook,
+        "dni_lab_name": fs.name,
+        "dni_lab_version": __version__,
+    }
+    if model_name:
+        meta["model_name"] = model_name
+    if fs.hook_out is not None:
+        meta["hook_name_out"] = fs.hook_out
+    out = {k: v for k, v in cfg.items() if k not in ("hook", "name", "hook_out")}
+    out.update(device="cpu", reshape_activations="none", metadata=meta)
+    (path / CFG).write_text(json.dumps(out, indent=2))
+    state = {k: v.detach().cpu().contiguous() for k, v in fs.state_dict().items()}
+    safetensors().save_file(state, str(path / WEIGHTS))
+    log_sparsity = getattr(fs, "log_sparsity", None)
+    if log_sparsity is not None:
+        safetensors().save_file({"sparsity": log_sparsity.detach().cpu()}, str(path / SPARSITY))
+    return path
