@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from . import features
 from ._version import __version__ as __version__  # re-exported
 from .backend import examples, verify
 from .backend.api import inspect
@@ -50,6 +51,7 @@ __all__ = [
     "Run",
     "examples",
     "export",
+    "features",
     "get_measure",
     "hypothesis",
     "hypothesis_family",

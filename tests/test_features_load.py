@@ -192,8 +192,8 @@ def test_dictionary_learning_files(tmp_path, kind):
     x = x_batch()
     if kind == "JumpReluAutoEncoder":
         thr = torch.rand(D_SAE, generator=g)
-        state = {"W_enc": enc.weight.T.clone(), "b_enc": enc.bias.data, "W_dec": dec.weight.T.clone(),
-                 "b_dec": bias, "threshold": thr}  # fmt: skip
+        state = {"W_enc": enc.weight.T.clone(), "b_enc": enc.bias.data,
+                 "W_dec": dec.weight.T.clone(), "b_dec": bias, "threshold": thr}  # fmt: skip
         pre = x @ state["W_enc"] + state["b_enc"]  # apply_b_dec_to_input defaults to False
         want = relu(pre * (pre > thr))
     else:

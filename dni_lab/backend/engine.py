@@ -255,7 +255,9 @@ class Inspection:
 
     def _extractors(self) -> dict[str, Extractor]:
         return {
-            mu.model.name: Extractor(mu.model, mu.layer_units, self.params.behavior, self.device)
+            mu.model.name: Extractor(
+                mu.model, mu.layer_units, self.params.behavior, self.device, mu.features
+            )
             for mu in self._active_models()
         }
 

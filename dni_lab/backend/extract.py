@@ -11,6 +11,7 @@ or a user function.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -94,6 +95,9 @@ class Extractor:
         ``{address: indices or None}``; ``None`` keeps every unit of the layer.
     behavior : {"activation", "gradient"} or callable
     device : torch.device
+    features : dict, optional
+        ``{layer name: (hook address, feature set)}``: layers whose units are a feature
+        set's latents, encoded from the hook's activation once per block.
     """
 
     def __init__(
@@ -102,16 +106,18 @@ class Extractor:
         layer_units: dict[str, Any],
         behavior: Behavior,
         device: torch.device,
+        features: dict[str, tuple[str, Any]] | None = None,
     ) -> None:
         self.model = model
         self.layer_units = layer_units
         self.behavior = behavior
         self.device = device
         self._replicas: dict[tuple[int, int], nn.Module] = {}
+        self.features = {a: (h, _placed(fs, device)) for a, (h, fs) in (features or {}).items()}
         self._units_key = tuple(
             (a, None if i is None else tuple(np.asarray(i).ravel().tolist()))
             for a, i in layer_units.items()
-        )
+        ) + tuple((a, fs.fingerprint()) for a, (_h, fs) in self.features.items())
         if not (behavior in ("activation", "gradient") or callable(behavior)):
             raise BehaviorError(
                 f"unknown behavior {behavior!r}; use 'activation', 'gradient' or a function "
@@ -160,11 +166,17 @@ class Extractor:
             with contextlib.ExitStack() as stack:
                 if grad:
                     batch, leaf = _input_leaf(self.model, batch, stack)
-                store = stack.enter_context(self.model.capture(list(self.layer_units)))
+                hooks = [a for a in self.layer_units if a not in self.features]
+                hooks += [h for h, _fs in self.features.values() if h not in hooks]
+                store = stack.enter_context(self.model.capture(hooks))
                 self.model.forward(batch)
             out = {}
             for addr, idx in self.layer_units.items():
-                act = self._symbols(addr, store, records, mask.shape[1])
+                if addr in self.features:  # latents: the hook's activation, encoded
+                    hook, fs = self.features[addr]
+                    act = fs.encode(self._symbols(hook, store, records, mask.shape[1])).float()
+                else:
+                    act = self._symbols(addr, store, records, mask.shape[1])
                 if idx is not None:
                     act = act[..., idx]
                 if grad:
@@ -220,6 +232,16 @@ class Extractor:
             rep.load_state_dict(state)
             self._replicas[key] = rep.to(x_device(mod)).eval()
         return self._replicas[key]
+
+
+def _placed(fs: Any, device: torch.device) -> Any:
+    """The feature set on ``device`` in eval mode (a copy when it lives elsewhere)."""
+    if not isinstance(fs, nn.Module):
+        return fs
+    tensors = list(fs.parameters()) + list(fs.buffers())
+    if tensors and tensors[0].device != torch.device(device):
+        fs = copy.deepcopy(fs).to(device)
+    return fs.eval()
 
 
 def x_device(mod: nn.Module) -> torch.device:

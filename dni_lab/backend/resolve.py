@@ -49,6 +49,8 @@ class ModelUnits:
     layers: np.ndarray
     units: np.ndarray
     groups: list[UnitGroup] = field(default_factory=list)
+    #: feature-set layers: ``{"{hook}:{name}": (hook address, feature set)}``
+    features: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     @property
     def n_units(self) -> int:
@@ -133,6 +135,8 @@ def normalize_units(units: Any, models: Sequence[Model] = ()) -> Any:
         return {name: normalize_units(spec) for name, spec in units.items()}
     if units is None:
         return []
+    if is_feature_set(units):
+        units = [units]
     if isinstance(units, tuple) and len(units) == 2 and not isinstance(units[0], (tuple, list)):
         units = [units]
     groups = []
@@ -143,14 +147,50 @@ def normalize_units(units: Any, models: Sequence[Model] = ()) -> Any:
             isinstance(p, tuple) and len(p) == 2 for p in entry
         ):
             groups.append(list(entry))
-        elif isinstance(entry, (str, int)):
+        elif isinstance(entry, (str, int)) or is_feature_set(entry):
             groups.append([(entry, "*")])
         else:
             raise LayerError(
                 f"cannot read unit specification {entry!r}; use (layer, '*'), "
-                "(layer, [indices]) or a list of such pairs for a multi-layer group."
+                "(layer, [indices]), a feature set (dl.features) or a list of such pairs "
+                "for a multi-layer group."
             )
     return groups
+
+
+def is_feature_set(obj: Any) -> bool:
+    """A unit set of learned features (``dl.features``): it encodes one hook's activations.
+
+    Recognised by its interface, not its class: the backend never imports ``dni_lab.features``.
+    """
+    return all(hasattr(obj, a) for a in ("encode", "hook", "d_in", "d_sae", "address"))
+
+
+def _attach(
+    model: Model, fs: Any, widths: dict[str, int], features: dict[str, tuple[str, Any]]
+) -> str:
+    """Check a feature set against its model and register it; returns its layer name."""
+    try:
+        hook = model.resolve_layer(fs.hook)
+    except LayerError as exc:
+        raise LayerError(
+            f"feature set {fs.name!r} reads hook {fs.hook!r}, which model {model.name!r} lacks: "
+            f"{exc} Set its hook (load(path, hook=...) or fs.hook = ...) to a model address."
+        ) from None
+    if widths.get(hook) != fs.d_in:
+        raise LayerError(
+            f"feature set {fs.name!r} encodes {fs.d_in}-wide activations, but hook {fs.hook!r} "
+            f"of model {model.name!r} is {widths.get(hook)} wide; attach it to the model and "
+            "hook it was trained on."
+        )
+    known = features.get(fs.address)
+    if known is not None and known[1] is not fs:
+        raise LayerError(
+            f"two feature sets on model {model.name!r} are both named {fs.address!r}; give "
+            "them distinct names (fs.name = ...)."
+        )
+    features[fs.address] = (hook, fs)
+    return fs.address
 
 
 def units_of(units: Any, model: Model) -> list[list[tuple[Any, Any]]]:
@@ -201,18 +241,27 @@ def resolve_units(
             )
     cols: dict[tuple[str, int], int] = {}
     layer_units: dict[str, list[int]] = {}
+    features: dict[str, tuple[str, Any]] = {}
     groups = []
     for spec in groups_spec:
         members = []
         names = []
         for layer, sel in spec:
-            addr = model.resolve_layer(layer)
-            if addr not in widths:
-                raise LayerError(
-                    f"layer {addr!r} of model {model.name!r} produced no tensor in a probe pass."
-                    f"{did_you_mean(addr, widths)}"
-                )
-            idx = as_indices(sel, widths[addr], addr, model.name)
+            if is_feature_set(layer):  # latents: units of a layer of their own, after the model's
+                addr = _attach(model, layer, widths, features)
+                if addr not in offsets:
+                    offsets[addr] = total
+                    total += layer.d_sae
+                width = layer.d_sae
+            else:
+                addr = model.resolve_layer(layer)
+                if addr not in widths:
+                    raise LayerError(
+                        f"layer {addr!r} of model {model.name!r} produced no tensor in a probe "
+                        f"pass.{did_you_mean(addr, widths)}"
+                    )
+                width = widths[addr]
+            idx = as_indices(sel, width, addr, model.name)
             names.append(f"{addr}[{sel if isinstance(sel, str) else ','.join(map(str, idx))}]")
             for i in idx.tolist():
                 if (addr, i) not in cols:
@@ -231,6 +280,7 @@ def resolve_units(
         layers=np.asarray([a for a, _ in order], dtype=object),
         units=np.asarray([i for _, i in order], dtype=np.int64),
         groups=[UnitGroup(n, np.asarray([cols[m] for m in mem])) for n, mem in groups],
+        features=features,
     )
 
 

@@ -98,7 +98,7 @@ def _blocks(model, mp, fams, records, dev, batch_size, min_records: int = 256) -
     shuffle) and pads little. Each block is ``(U, H, mask, strata)`` with
     ``strata`` the ``(start, stop)`` rows of each length.
     """
-    ex = Extractor(model, mp.layer_units, "activation", dev)
+    ex = Extractor(model, mp.layer_units, "activation", dev, mp.features)
     rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
     for first, recs in batches(records, batch_size):
         n_sym = [model.symbols(r) for r in recs]
