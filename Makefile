@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # that need them are skipped with that reason.
 SYSTEM_PACKAGES := postgresql chromium
 
-.PHONY: install demo test lint bench system-packages
+.PHONY: install demo test lint bench system-packages saelens-env
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/dni-lab demo
 
-test: $(STAMP)
+test: $(STAMP) saelens-env
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q --nbval-lax --sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
@@ -49,3 +49,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_benchmarks.py
+
+# sae-lens in a side environment (its dependencies are heavy: transformer-lens, datasets,
+# plotly): tests/test_features_saelens.py runs its python in a subprocess, and is skipped
+# with that reason when it is missing. torch first: the CPU build, no CUDA wheels.
+SAELENS_VENV ?= .dni_cache/saelens-venv
+saelens-env: $(SAELENS_VENV)/.installed
+
+$(SAELENS_VENV)/.installed:
+	@$(PYTHON) -m venv $(SAELENS_VENV) && \
+	$(SAELENS_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 && \
+	$(SAELENS_VENV)/bin/pip install --quiet --disable-pip-version-check sae-lens==6.54.0 && \
+	touch $@ || echo "*** sae-lens could not be installed: its interoperability test will be SKIPPED."

@@ -16,8 +16,10 @@ from .formats.saelens import save
 from .gated import GatedSAE
 from .jumprelu import JumpReLUSAE
 from .loading import load
+from .quality import Quality, evaluate
 from .standard import StandardSAE
 from .topk import TopKSAE
+from .train import TrainedSAE, train_sae
 from .transcoder import JumpReLUSkipTranscoder, JumpReLUTranscoder, SkipTranscoder, Transcoder
 
 __all__ = [
@@ -27,10 +29,14 @@ __all__ = [
     "JumpReLUSAE",
     "JumpReLUSkipTranscoder",
     "JumpReLUTranscoder",
+    "Quality",
     "SkipTranscoder",
     "StandardSAE",
     "TopKSAE",
+    "TrainedSAE",
     "Transcoder",
+    "evaluate",
     "load",
     "save",
+    "train_sae",
 ]
