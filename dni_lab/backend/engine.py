@@ -33,6 +33,7 @@ from .resolve import (
     resolve_units,
     units_of,
 )
+from .sparse_block import SparseBlock
 from .states import MeasureState
 
 #: Records after which a pair whose score is still null (constant so far) counts as settled.
@@ -256,7 +257,7 @@ class Inspection:
     def _extractors(self) -> dict[str, Extractor]:
         return {
             mu.model.name: Extractor(
-                mu.model, mu.layer_units, self.params.behavior, self.device, mu.features
+                mu.model, mu.layer_units, self.params.behavior, self.device, mu.features, True
             )
             for mu in self._active_models()
         }
@@ -288,9 +289,14 @@ class Inspection:
             for mu in self._active_models():
                 H, mask = blocks[_space_key(mu.model)]
                 parts = extractors[mu.model.name](block_records, mask, first, rkey)
-                U = torch.cat([parts[a] for a in mu.layer_units], dim=2)
+                U = _units_block([parts[a] for a in mu.layer_units])
                 for s in self._states_of(mu):
                     cols = s.columns
+                    if isinstance(U, SparseBlock):  # one sparse feature set: its latents
+                        if len(cols) == mu.n_units and hasattr(s.measure, "update_sparse"):
+                            s.accumulator = s.measure.update_sparse(s.accumulator, U, H, mask)
+                            continue
+                        U = U.dense()  # once per block, for the measures that need it
                     Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
                     s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
         return True
@@ -471,6 +477,13 @@ def _symbol_spaces(models: list[Any], families: list[Any], cached: bool) -> dict
             spaces[key] = _Space([], fams, fps)
         spaces[key].models.append(m)
     return spaces
+
+
+def _units_block(parts: list[Any]) -> Any:
+    """A model's behaviors of one block: one tensor, or the sparse block of a lone sparse set."""
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p.dense() if isinstance(p, SparseBlock) else p for p in parts], dim=2)
 
 
 def _stopped_reasons(frame: pl.DataFrame, records_read: int) -> pl.DataFrame:

@@ -24,6 +24,7 @@ from .behavior_memo import model_state
 from .cache import block_key
 from .errors import BehaviorError, DNIError, LayerError
 from .models import Model, to_device
+from .sparse_block import SparseBlock
 
 Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
 
@@ -98,6 +99,9 @@ class Extractor:
     features : dict, optional
         ``{layer name: (hook address, feature set)}``: layers whose units are a feature
         set's latents, encoded from the hook's activation once per block.
+    sparse : bool
+        Return all the latents of a sparse set (TopK, JumpReLU) as a
+        :class:`~.sparse_block.SparseBlock` (activations only); the caller densifies.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Extractor:
         behavior: Behavior,
         device: torch.device,
         features: dict[str, tuple[str, Any]] | None = None,
+        sparse: bool = False,
     ) -> None:
         self.model = model
         self.layer_units = layer_units
@@ -118,6 +123,12 @@ class Extractor:
             (a, None if i is None else tuple(np.asarray(i).ravel().tolist()))
             for a, i in layer_units.items()
         ) + tuple((a, fs.fingerprint()) for a, (_h, fs) in self.features.items())
+        self._sparse = {
+            a
+            for a, (_h, fs) in self.features.items()
+            if sparse and behavior == "activation" and getattr(fs, "sparse", False)
+            and _all_units(layer_units[a], fs.d_sae)
+        }
         if not (behavior in ("activation", "gradient") or callable(behavior)):
             raise BehaviorError(
                 f"unknown behavior {behavior!r}; use 'activation', 'gradient' or a function "
@@ -151,6 +162,8 @@ class Extractor:
         memo = getattr(self.model, "behavior_memo", None)
         if memo is None or not memo.max_bytes or not isinstance(self.behavior, str):
             return None  # a behavior function may depend on anything: always recompute
+        if self._sparse:
+            return None  # sparse blocks are not tensors the memo can size
         state = model_state(self.model.module)
         rkey = records_key or block_key(records)
         return (state, self._units_key, self.behavior, str(self.device), rkey)
@@ -174,7 +187,14 @@ class Extractor:
             for addr, idx in self.layer_units.items():
                 if addr in self.features:  # latents: the hook's activation, encoded
                     hook, fs = self.features[addr]
-                    act = fs.encode(self._symbols(hook, store, records, mask.shape[1])).float()
+                    x = self._symbols(hook, store, records, mask.shape[1])
+                    if addr in self._sparse:
+                        values, index = fs.encode_sparse(x)
+                        values = values.detach().float()
+                        values = _check_finite(values, self.model, addr, mask, first)
+                        out[addr] = SparseBlock(values, index, fs.d_sae)
+                        continue
+                    act = fs.encode(x).float()
                 else:
                     act = self._symbols(addr, store, records, mask.shape[1])
                 if idx is not None:
@@ -232,6 +252,14 @@ class Extractor:
             rep.load_state_dict(state)
             self._replicas[key] = rep.to(x_device(mod)).eval()
         return self._replicas[key]
+
+
+def _all_units(idx: Any, width: int) -> bool:
+    """Whether ``idx`` selects every unit of a ``width``-wide layer, in order."""
+    if idx is None:
+        return True
+    idx = np.asarray(idx).ravel()
+    return len(idx) == width and bool((idx == np.arange(width)).all())
 
 
 def _placed(fs: Any, device: torch.device) -> Any:

@@ -157,6 +157,15 @@ class FeatureSet(nn.Module):
             )
         return self._encode(self.process_in(x))
 
+    def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Latents as ``(values, indices)``, each ``(..., k)``: every nonzero latent of a
+        row is among its ``k`` pairs (``k`` the block's largest count; zeros fill the rest).
+        """
+        z = self.encode(x)
+        k = max(int((z != 0).sum(-1).max()) if z.numel() else 0, 1)
+        values, indices = torch.topk(z, k, dim=-1, sorted=False)
+        return values, indices
+
     def decode(self, z: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         """Reconstruction ``z W_dec + b_dec``, with the input normalization undone.
 

@@ -50,6 +50,16 @@ class TopKSAE(FeatureSet):
             pre = pre * self.W_dec.norm(dim=-1)
         return topk_relu(pre, self.k)
 
+    def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` (value, index) pairs of each row, without the dense latents."""
+        if x.shape[-1] != self.d_in:
+            return super().encode_sparse(x)  # its error names the width
+        pre = self.hidden_pre(self.process_in(x))
+        if self.rescale_acts_by_decoder_norm:
+            pre = pre * self.W_dec.norm(dim=-1)
+        values, indices = torch.topk(pre, k=self.k, dim=-1, sorted=False)
+        return values.relu(), indices
+
     def decode(self, z: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         if self.rescale_acts_by_decoder_norm:
             z = z.to(self.dtype) / self.W_dec.norm(dim=-1)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from scipy.special import stdtrit
 
+from ..sparse_block import SparseBlock
 from .base import HypothesisInfo, Measure, MeasureResult, kind_mask
 
 _F64 = torch.float64
@@ -183,6 +184,40 @@ class Corr(Measure):
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
         q_u = torch.linalg.vector_norm(Ug, dim=1).to(_F64).square()
         q_h = torch.linalg.vector_norm(Hg[:, :, :-1], dim=1).to(_F64).square()
+        return self._fold_groups(state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S)
+
+    def update_sparse(self, state: CorrState, Z: SparseBlock, H, mask):
+        """:meth:`update` for latents given as their nonzeros (a TopK or JumpReLU set).
+
+        The groups' sums come from sparse × dense products in float64: each of the
+        ``k`` active latents of a symbol adds its value times the symbol's hypotheses
+        to its row, so a block costs ``R·T·k·H`` instead of ``R·T·n_units·H``. The
+        moments are then the dense path's, from unshifted sums.
+        """
+        if not bool(mask.any()):
+            return state
+        R, T, k = Z.values.shape
+        g, D, dev = self.group_records, Z.width, Z.values.device
+        G = -(-R // g)
+        m = mask.to(_F64)
+        Hm = H.to(_F64) * m[..., None]  # (R, T, H), padding zeroed
+        grp = torch.arange(R, device=dev) // g
+        cnt = torch.zeros(G, dtype=_F64, device=dev).index_add_(0, grp, m.sum(1))
+        s_h = torch.zeros(G, H.shape[2], dtype=_F64, device=dev).index_add_(0, grp, Hm.sum(1))
+        q_h = torch.zeros_like(s_h).index_add_(0, grp, (Hm * Hm).sum(1))
+        v = (Z.values.to(_F64) * m[..., None]).reshape(-1)  # (R·T·k,)
+        row = (grp[:, None, None] * D + Z.indices).reshape(-1)  # group-major latent slot
+        s_u = torch.zeros(G * D, dtype=_F64, device=dev).index_add_(0, row, v).view(G, D)
+        q_u = torch.zeros(G * D, dtype=_F64, device=dev).index_add_(0, row, v * v).view(G, D)
+        Hk = Hm.reshape(R * T, 1, -1).expand(-1, k, -1).reshape(R * T * k, -1)
+        S = torch.zeros(G * D, H.shape[2], dtype=_F64, device=dev)
+        S = S.index_add_(0, row, Hk * v[:, None]).view(G, D, -1)
+        zero_u = torch.zeros(D, dtype=_F64, device=dev)
+        zero_h = torch.zeros(H.shape[2], dtype=_F64, device=dev)
+        return self._fold_groups(state, R, zero_u, zero_h, cnt, s_u, s_h, q_u, q_h, S)
+
+    def _fold_groups(self, state: CorrState, n_records: int, su, sh, cnt, s_u, s_h, q_u, q_h, S):
+        """Fold the groups' sums (shifted by ``su``, ``sh``) into the total and buckets."""
         keep = cnt > 0
         if not bool(keep.all()):
             cnt, s_u, s_h, q_u, q_h, S = (x[keep] for x in (cnt, s_u, s_h, q_u, q_h, S))
@@ -206,7 +241,7 @@ class Corr(Measure):
             part = _index(groups, slice(start, start + self.buckets))
             _fold(state.buckets, slots[start : start + self.buckets], part)
         state.n_groups += G
-        state.n_records += int(U.shape[0])
+        state.n_records += n_records
         return state
 
     def merge(self, a: CorrState, b: CorrState) -> CorrState:

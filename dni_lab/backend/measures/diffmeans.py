@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..hypotheses import HypothesisInfo
+from ..sparse_block import SparseBlock
 from ._common import (
     F64,
     SymbolMeasure,
@@ -86,25 +87,52 @@ class DiffMeans(SymbolMeasure):
         )
 
     def fold(self, state: DiffMeansState, Uf: torch.Tensor, Hf: torch.Tensor) -> DiffMeansState:
-        n = Uf.shape[0]
-        dev = state.mean_u.device
         B = (Hf > 0.5).float()
         mu = Uf.mean(0)
         Uc = Uf - mu  # centered so the float32 sums keep their digits
         s_all = Uc.sum(0).to(F64)  # float32 reductions: a float64 one would copy the block
         s1 = (Uc.T @ B).to(F64)
-        s0 = s_all[:, None] - s1
-        n1 = B.sum(0).to(F64)
-        n0 = n - n1
         q = Uc * Uc
-        q_all = q.sum(0).to(F64)
+        q1 = (q.T @ B).to(F64) if state.m2_1 is not None else None
+        sums = (s_all, s1, q.sum(0).to(F64), q1, B.sum(0).to(F64))
+        return self._fold_sums(state, Uf.shape[0], mu.to(F64), *sums)
+
+    def update_sparse(self, state: DiffMeansState, Z: SparseBlock, H, mask) -> DiffMeansState:
+        """:meth:`update` for latents given as their nonzeros (a TopK or JumpReLU set).
+
+        Each active latent adds its value (and square) to its row where the hypothesis
+        holds: sparse × dense products in float64, ``N·k·H`` work for ``N`` symbols.
+        """
+        state.n_records += int(Z.values.shape[0])
+        keep = mask.reshape(-1)
+        if not bool(keep.any()):
+            return state
+        k, D, nh = Z.values.shape[2], Z.width, H.shape[2]
+        v = Z.values.reshape(-1, k)[keep].to(F64).reshape(-1)
+        idx = Z.indices.reshape(-1, k)[keep].reshape(-1)
+        B = (H.reshape(-1, nh)[keep] > 0.5).to(F64)
+        Bk = B[:, None, :].expand(-1, k, -1).reshape(-1, nh)
+        dev = v.device
+        s_all = torch.zeros(D, dtype=F64, device=dev).index_add_(0, idx, v)
+        q_all = torch.zeros(D, dtype=F64, device=dev).index_add_(0, idx, v * v)
+        s1 = torch.zeros(D, nh, dtype=F64, device=dev).index_add_(0, idx, Bk * v[:, None])
+        q1 = None
+        if state.m2_1 is not None:
+            q1 = torch.zeros(D, nh, dtype=F64, device=dev)
+            q1 = q1.index_add_(0, idx, Bk * (v * v)[:, None])
+        zero = torch.zeros(D, dtype=F64, device=dev)
+        return self._fold_sums(state, B.shape[0], zero, s_all, s1, q_all, q1, B.sum(0))
+
+    def _fold_sums(self, state, n, mu64, s_all, s1, q_all, q1, n1) -> DiffMeansState:
+        """Fold a block's sums of ``u - mu64`` (all, where h = 1, and squared) into the state."""
+        dev = state.mean_u.device
+        s0 = s_all[:, None] - s1
+        n0 = n - n1
         m2_1 = None
         m2_0 = None
-        if state.m2_1 is not None:
-            q1 = (q.T @ B).to(F64)
+        if q1 is not None:
             m2_1 = (q1 - s1 * _div(s1, n1)).clamp_min(0.0).to(dev)
             m2_0 = ((q_all[:, None] - q1) - s0 * _div(s0, n0)).clamp_min(0.0).to(dev)
-        mu64 = mu.to(F64)
         blk_u = (float(n), (mu64 + s_all / n).to(dev), (q_all - s_all * s_all / n).to(dev))
         _, state.mean_u, state.m2_u = chan(state.n, state.mean_u, state.m2_u, *blk_u)
         n1 = n1.to(dev)
