@@ -1,0 +1,160 @@
+"""Sparse-aware scoring of SAE latents: corr and diffmeans, sparse path vs dense path.
+
+Usage::
+
+    python benchmarks/bench_features_sparse.py            # d_sae = 16,384, k = 32
+    python benchmarks/bench_features_sparse.py --quick    # d_sae = 2,048, smoke size
+    python benchmarks/bench_features_sparse.py --out benchmarks/results/features_sparse.json
+
+A TopK feature set gives each symbol ``k`` active latents out of ``d_sae``. Blocks of
+``records × symbols`` latents (indices drawn Zipf-like, so some latents fire often
+and most rarely; a few track a hypothesis) are folded into one state per path:
+
+* dense: ``measure.update`` on the ``(R, T, d_sae)`` float32 block (what a dense
+  set's latents go through; densifying is *not* counted, so the ratio is conservative);
+* sparse: ``measure.update_sparse`` on the block's ``(R, T, k)`` values and indices.
+
+It prints the median time per block of each path, their ratio (target ≥ 5x), the
+largest difference between the two paths' final scores (target ≤ 1e-6), and each
+path's largest difference from an exact float64 dense pass over the first 1,024
+latents (units are scored independently, so a subset is a valid reference). It asserts
+nothing; with ``--out`` it stores what it printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.results_io import write_results  # noqa: E402
+from dni_lab.backend.hypotheses import HypothesisInfo  # noqa: E402
+from dni_lab.backend.measures.corr import Corr  # noqa: E402
+from dni_lab.backend.measures.diffmeans import DiffMeans  # noqa: E402
+from dni_lab.backend.sparse_block import SparseBlock  # noqa: E402
+
+N_HYPS = 8
+REF = 1024  # latents scored again in float64 as the exact reference
+
+
+def blocks(n: int, R: int, T: int, d_sae: int, k: int, seed: int = 0):
+    """``n`` blocks: (SparseBlock, H, mask), records of random length, k latents a symbol."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, d_sae + 1) ** 0.8  # Zipf-like firing rates
+    weights /= weights.sum()
+    out = []
+    for _ in range(n):
+        lengths = rng.integers(T // 2, T + 1, R)
+        mask = torch.as_tensor(np.arange(T)[None, :] < lengths[:, None])
+        H = np.concatenate(
+            [rng.random((R, T, N_HYPS // 2)) < 0.1, rng.normal(size=(R, T, N_HYPS // 2))], axis=2
+        )
+        idx = np.empty((R, T, k), dtype=np.int64)
+        for r in range(R):  # k distinct latents per symbol, popular ones more often
+            keys = rng.random((T, d_sae)) ** (1.0 / weights)  # Efraimidis-Spirakis sampling
+            idx[r] = np.argpartition(-keys, k, axis=1)[:, :k]
+        vals = rng.gamma(2.0, 0.5, (R, T, k))
+        vals[..., 0] += 2.0 * H[..., 0]  # the latent in slot 0 follows hypothesis 0
+        values = torch.as_tensor(vals, dtype=torch.float32)
+        Z = SparseBlock(values, torch.as_tensor(idx), d_sae)
+        out.append((Z, torch.as_tensor(H, dtype=torch.float32), mask))
+    return out
+
+
+def reference(name: str, U: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """Exact float64 scores of ``U`` ``(N, units)`` against ``H`` ``(N, hyps)``."""
+    if name == "corr":
+        Uc, Hc = U - U.mean(0), H - H.mean(0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (Uc.T @ Hc) / np.sqrt(np.outer((Uc**2).sum(0), (Hc**2).sum(0)))
+    B = H > 0.5
+    out = np.full((U.shape[1], H.shape[1]), np.nan)
+    for j in range(N_HYPS // 2):  # the binary hypotheses
+        out[:, j] = U[B[:, j]].mean(0) - U[~B[:, j]].mean(0)
+    return out
+
+
+def run(measure, data, d_sae: int, info) -> dict:
+    dense_s, sparse_s = [], []
+    a = measure.start(d_sae, N_HYPS, info=info)
+    b = measure.start(d_sae, N_HYPS, info=info)
+    # Units are scored independently: the first REF latents (the most frequent ones and
+    # a long tail) in float64 are the exact reference both paths are compared with.
+    Us, Hs = [], []
+    for Z, H, mask in data:
+        U = Z.masked(mask).dense()  # not timed: the dense path starts from dense latents
+        Us.append(U[..., :REF][mask].double().numpy())
+        Hs.append(H[mask].double().numpy())
+        t = time.perf_counter()
+        b = measure.update(b, U, H, mask)
+        dense_s.append(time.perf_counter() - t)
+        del U
+        t = time.perf_counter()
+        a = measure.update_sparse(a, Z, H, mask)
+        sparse_s.append(time.perf_counter() - t)
+    ra, rb = measure.result(a), measure.result(b)
+    both = np.isfinite(ra.unit_score) & np.isfinite(rb.unit_score)
+    same_nulls = bool((np.isnan(ra.unit_score) == np.isnan(rb.unit_score)).all())
+    exact = reference(measure.name, np.concatenate(Us), np.concatenate(Hs))
+
+    def off(r) -> float:
+        d = np.abs(r.unit_score[:REF] - exact)
+        return float(d[np.isfinite(d)].max())
+
+    return {
+        "dense_s": statistics.median(dense_s),
+        "sparse_s": statistics.median(sparse_s),
+        "ratio": statistics.median(dense_s) / statistics.median(sparse_s),
+        "max_score_diff": float(np.abs(ra.unit_score - rb.unit_score)[both].max()),
+        "scored_pairs": int(both.sum()),
+        "sparse_vs_float64": off(ra),
+        "dense_vs_float64": off(rb),
+        "same_nulls": same_nulls,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="d_sae 2,048, 2 blocks")
+    ap.add_argument("--d-sae", type=int, default=16384)
+    ap.add_argument("--k", type=int, default=32)
+    ap.add_argument("--records", type=int, default=64, help="records per block")
+    ap.add_argument("--symbols", type=int, default=48, help="longest record")
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    d_sae, n = (2048, 2) if args.quick else (args.d_sae, args.blocks)
+    torch.manual_seed(0)
+    data = blocks(n, args.records, args.symbols, d_sae, args.k)
+    info = [HypothesisInfo(f"b{i}", "binary") for i in range(N_HYPS // 2)]
+    info += [HypothesisInfo(f"c{i}", "continuous") for i in range(N_HYPS // 2)]
+    payload = {
+        "d_sae": d_sae, "k": args.k, "records_per_block": args.records,
+        "symbols_per_record_max": args.symbols, "blocks": n, "hypotheses": N_HYPS,
+        "target_ratio": 5.0, "target_max_diff": 1e-6,
+    }  # fmt: skip
+    print(f"d_sae={d_sae:,}, k={args.k}, {n} blocks of {args.records} records × ≤{args.symbols} "
+          f"symbols, {N_HYPS} hypotheses (torch threads: {torch.get_num_threads()})")  # fmt: skip
+    print(f"{'measure':<12}{'dense s/block':>15}{'sparse s/block':>16}{'ratio':>8}{'max |Δ|':>11}"
+          f"{'sparse-f64':>12}{'dense-f64':>11}")  # fmt: skip
+    for name, measure in [("corr", Corr()), ("diffmeans", DiffMeans())]:
+        r = run(measure, data, d_sae, info)
+        payload[name] = r
+        print(f"{name:<12}{r['dense_s']:>15.4f}{r['sparse_s']:>16.4f}{r['ratio']:>7.1f}x"
+              f"{r['max_score_diff']:>11.1e}{r['sparse_vs_float64']:>12.1e}"
+              f"{r['dense_vs_float64']:>11.1e}")  # fmt: skip
+    write_results(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
