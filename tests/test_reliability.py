@@ -401,6 +401,33 @@ def _sql_quoted_name_hides_no_call(tmp_path):
 
 
 
+def _feature_set_of_another_width():
+    fs = dl.features.TopKSAE(9, 16, "lstm", name="wide", k=2)
+    with pytest.raises(dl.LayerError, match="'wide' encodes 9-wide activations.*6 wide"):
+        _inspect(units=[fs])
+
+
+def _feature_weights_pickled(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"trainer": {"layer": 0}}))
+    torch.save({"encoder.weight": _Payload()}, tmp_path / "ae.pt")
+    with pytest.raises(dl.DNIError, match="weights_only=True refused it"):
+        dl.features.load(tmp_path)
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def _feature_weights_truncated(tmp_path):
+    fs = dl.features.StandardSAE(6, 8, "lstm", name="cut")
+    dl.features.save(fs, tmp_path / "cut")
+    w = tmp_path / "cut" / "sae_weights.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(dl.DNIError, match="truncated or not safetensors"):
+        dl.features.load(tmp_path / "cut")
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "wrong-length hypothesis", _wrong_length),
     ("bad input", "NaN hypothesis", _nan_hypothesis),
@@ -438,6 +465,7 @@ CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "swap rules of the wrong type", _rules_not_rules),
     ("bad input", "p-values outside [0, 1]", _p_values_outside_0_1),
     ("bad input", "query that is not text", _query_not_text),
+    ("bad input", "feature set of another width", _feature_set_of_another_width),
     ("fault", "cancel keeps the partial frame", _cancel_keeps_partial_frame),
     ("fault", "error in a callback", _exception_in_callback_is_reraised_with_its_type),
     ("fault", "error in the model", _model_error_keeps_its_type),
@@ -451,6 +479,8 @@ CASES: list[tuple[str, str, Callable]] = [
     ("fault", "export keeps the parameters", _export_keeps_the_parameters),
     ("tampering", "pickle payload in the model store", _model_store_pickle),
     ("tampering", "SQL reading a file", _sql_reads_no_file),
+    ("tampering", "pickle payload in a dictionary's ae.pt", _feature_weights_pickled),
+    ("tampering", "feature weights truncated", _feature_weights_truncated),
     ("tampering", "SQL file call behind a quoted name", _sql_quoted_name_hides_no_call),
     ("tampering", "index of another checkpoint", _index_other_checkpoint),
     ("tampering", "index file truncated", _index_tampered(

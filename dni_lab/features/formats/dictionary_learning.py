@@ -55,7 +55,15 @@ def read(
     cfg = json.loads((path / CFG).read_text())
     if not (path / WEIGHTS).exists():
         raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
-    w = torch.load(path / WEIGHTS, map_location="cpu", weights_only=True)
+    try:  # weights_only: tensors and plain containers, never an arbitrary pickle
+        w = torch.load(path / WEIGHTS, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises pickle and runtime errors alike
+        raise DNIError(
+            f"{source}: cannot read {WEIGHTS} as a state dict of tensors (weights_only=True "
+            f"refused it: {type(exc).__name__}); it is corrupt or holds other Python objects."
+        ) from None
+    if not isinstance(w, dict):
+        raise DNIError(f"{source}: {WEIGHTS} holds a {type(w).__name__}, not a state dict.")
     trainer = cfg.get("trainer") or {}
     kind = trainer.get("dict_class", "AutoEncoder")
     hook = _hook(trainer, hook, source)

@@ -36,6 +36,17 @@ def safetensors():
     return st
 
 
+def read_tensors(file: Path, source: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, or an error naming it (truncated, not safetensors)."""
+    try:
+        return safetensors().load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error type
+        raise DNIError(
+            f"{source}: cannot read {file.name} ({type(exc).__name__}: {str(exc)[:120]}); "
+            "the file is truncated or not safetensors. Copy it again."
+        ) from None
+
+
 def _version(cfg: dict[str, Any]) -> tuple[int, ...]:
     v = cfg.get("sae_lens_version") or (cfg.get("metadata") or {}).get("sae_lens_version")
     if not v:
@@ -76,7 +87,7 @@ def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = 
     weights_file = path / WEIGHTS
     if not weights_file.exists():
         raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
-    weights = safetensors().load_file(str(weights_file))
+    weights = read_tensors(weights_file, source)
     kwargs: dict[str, Any] = {}
     if cls.architecture == "topk":
         kwargs.update(
@@ -97,7 +108,7 @@ def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = 
     )
     with_weights(fs, weights, f"{source} ({WEIGHTS})", cast=dtype is not None)
     if (path / SPARSITY).exists():
-        fs.log_sparsity = safetensors().load_file(str(path / SPARSITY)).get("sparsity")
+        fs.log_sparsity = read_tensors(path / SPARSITY, source).get("sparsity")
     return fs
 
 

@@ -17,7 +17,7 @@ import torch
 from ...backend.errors import DNIError
 from ..architectures import with_weights
 from ..topk import TopKSAE
-from .saelens import safetensors
+from .saelens import read_tensors
 
 CFG = "cfg.json"
 WEIGHTS = "sae.safetensors"
@@ -34,7 +34,7 @@ def read(
     cfg = json.loads((path / CFG).read_text())
     if not (path / WEIGHTS).exists():
         raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
-    w = safetensors().load_file(str(path / WEIGHTS))
+    w = read_tensors(path / WEIGHTS, source)
     if cfg.get("skip_connection") or "W_skip" in w:
         raise DNIError(f"{source}: sparsify skip connections are not supported yet.")
     if cfg.get("activation", "topk") != "topk":
