@@ -10,6 +10,7 @@ latents as units of the layer ``"{hook}:{name}"``.
 
 from __future__ import annotations
 
+from .ablate import ablate, firing_rates
 from .architectures import ARCHITECTURES
 from .base import FeatureSet
 from .formats.saelens import save
@@ -35,7 +36,9 @@ __all__ = [
     "TopKSAE",
     "TrainedSAE",
     "Transcoder",
+    "ablate",
     "evaluate",
+    "firing_rates",
     "load",
     "save",
     "train_sae",
