@@ -13,6 +13,7 @@ from __future__ import annotations
 from .ablate import ablate, firing_rates
 from .architectures import ARCHITECTURES
 from .base import FeatureSet
+from .directions import Directions, from_probe, pca
 from .formats.saelens import save
 from .gated import GatedSAE
 from .jumprelu import JumpReLUSAE
@@ -25,6 +26,7 @@ from .transcoder import JumpReLUSkipTranscoder, JumpReLUTranscoder, SkipTranscod
 
 __all__ = [
     "ARCHITECTURES",
+    "Directions",
     "FeatureSet",
     "GatedSAE",
     "JumpReLUSAE",
@@ -39,7 +41,9 @@ __all__ = [
     "ablate",
     "evaluate",
     "firing_rates",
+    "from_probe",
     "load",
+    "pca",
     "save",
     "train_sae",
 ]

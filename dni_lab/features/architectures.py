@@ -8,6 +8,7 @@ import torch
 
 from ..backend.errors import DNIError
 from .base import FeatureSet
+from .directions import Directions
 from .gated import GatedSAE
 from .jumprelu import JumpReLUSAE
 from .standard import StandardSAE
@@ -25,6 +26,7 @@ ARCHITECTURES: dict[str, type[FeatureSet]] = {
         SkipTranscoder,
         JumpReLUTranscoder,
         JumpReLUSkipTranscoder,
+        Directions,
     )
 }
 
