@@ -7,21 +7,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import CharLM, encode_chars, random_records
+from feature_sets import identity_set
 
 import dni_lab as dl
 from dni_lab import features as F
 from dni_lab.backend.extract import symbol_mask
 from dni_lab.features.ablate import edited, matched_sets
-
-
-def identity_set(d: int, hook: str) -> F.StandardSAE:
-    """relu(x) - relu(-x) = x: latent j is x_j's positive part, d + j its negative part."""
-    fs = F.StandardSAE(d, 2 * d, hook, name="identity")
-    eye = torch.eye(d)
-    with torch.no_grad():
-        fs.W_enc.copy_(torch.cat([eye, -eye], 1))
-        fs.W_dec.copy_(torch.cat([eye, -eye], 0))
-    return fs
 
 
 @pytest.fixture

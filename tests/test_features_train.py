@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from feature_sets import identity_set
 
 import dni_lab as dl
 from dni_lab import features as F
@@ -24,16 +25,6 @@ def gpt():
     cfg = transformers.GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2,
                                   n_head=2, eos_token_id=tok.eos_token_id)  # fmt: skip
     return dl.Model.from_hf(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="gpt"), corpus
-
-
-def identity_set(d: int, hook: str) -> F.StandardSAE:
-    """relu(x) - relu(-x) = x: a lossless standard SAE with 2d latents."""
-    fs = F.StandardSAE(d, 2 * d, hook, name="identity")
-    eye = torch.eye(d)
-    with torch.no_grad():
-        fs.W_enc.copy_(torch.cat([eye, -eye], 1))
-        fs.W_dec.copy_(torch.cat([eye, -eye], 0))
-    return fs
 
 
 def test_evaluate_a_lossless_set_recovers_all_loss(gpt):
