@@ -20,6 +20,7 @@ from .jumprelu import JumpReLUSAE
 from .loading import load
 from .quality import Quality, evaluate
 from .standard import StandardSAE
+from .summary import LatentSummary, summarize
 from .topk import TopKSAE
 from .train import TrainedSAE, train_sae
 from .transcoder import JumpReLUSkipTranscoder, JumpReLUTranscoder, SkipTranscoder, Transcoder
@@ -32,6 +33,7 @@ __all__ = [
     "JumpReLUSAE",
     "JumpReLUSkipTranscoder",
     "JumpReLUTranscoder",
+    "LatentSummary",
     "Quality",
     "SkipTranscoder",
     "StandardSAE",
@@ -45,5 +47,6 @@ __all__ = [
     "load",
     "pca",
     "save",
+    "summarize",
     "train_sae",
 ]

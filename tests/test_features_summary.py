@@ -1,0 +1,65 @@
+"""dl.features.summarize: one latent's dashboard data as frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from feature_sets import identity_set
+
+import dni_lab as dl
+from dni_lab import features as F
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    from test_hf import corpus
+
+    from hypotheses.workloads.hf_tokenizers import bpe
+
+    tok = bpe(corpus(200, seed=1), vocab_size=300)
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2,
+                                  n_head=2, eos_token_id=tok.eos_token_id)  # fmt: skip
+    return dl.Model.from_hf(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="gpt"), corpus
+
+
+def test_summary_of_a_latent(gpt):
+    model, corpus = gpt
+    fs = identity_set(16, "blocks.1.hook_resid_post")  # latent 5 = relu(x_5)
+    records = corpus(60, seed=3)
+
+    @dl.hypothesis(kind="binary")
+    def is_from(r):
+        return [w == "from" for w in r.split(" ")]
+
+    frame = dl.inspect(model, [is_from], ["corr"], records, units=[fs], eps=None)
+    s = F.summarize(model, fs, 5, records, hypothesis=is_from, frame=frame, n_bins=3, per_bin=2)
+    assert s.feature_set == "blocks.1.hook_resid_post:identity" and 0 < s.firing_rate < 1
+    assert s.neurons["unit"][0] == 5 and s.neurons["r"][0] > 0.5  # relu(x_5) follows x_5
+    ex = s.examples
+    assert set(ex["bin"]) == {0, 1, 2} and ex.group_by("bin").agg(pl.col("record").n_unique())[
+        "record"
+    ].to_list() == [2, 2, 2]
+    peaks = ex.group_by("bin").agg(pl.col("activation").max()).sort("bin")["activation"]
+    assert peaks.is_sorted()  # higher bins hold higher peaks
+    one = ex.filter(pl.col("record") == ex["record"][0])
+    assert "".join(one["symbol"]).replace(" ", "") == records[one["record"][0]].replace(" ", "")
+    assert set(ex["hypothesis"].unique()) <= {0.0, 1.0}
+    n_sym = sum(model.symbols(r) for r in records)
+    assert s.density["count"].sum() == round(s.firing_rate * n_sym)  # every nonzero value
+    assert s.hypotheses.height == 1 and s.hypotheses["unit"][0] == 5
+    # logit effects: W_U · W_dec[5], the top token first
+    W_U = model.module.get_output_embeddings().weight.detach().double()
+    eff = (W_U @ fs.W_dec[5].detach().double()).numpy()
+    top = s.logits.filter(pl.col("side") == "top")
+    assert top["effect"][0] == pytest.approx(eff.max()) and top["token"][
+        0
+    ] == model.tokenizer.decode([int(np.argmax(eff))])
+    bottom = s.logits.filter(pl.col("side") == "bottom")
+    assert bottom["effect"][0] == pytest.approx(eff.min())
+    with pytest.raises(dl.DNIError, match="latents 0..31"):
+        F.summarize(model, fs, 32, records)
