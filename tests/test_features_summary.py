@@ -63,3 +63,36 @@ def test_summary_of_a_latent(gpt):
     assert bottom["effect"][0] == pytest.approx(eff.min())
     with pytest.raises(dl.DNIError, match="latents 0..31"):
         F.summarize(model, fs, 32, records)
+
+
+def test_dashboard_panel_follows_the_selection(gpt):
+    from dni_lab.widgets import FeatureDashboard, ScoreTable, link_selection
+
+    model, corpus = gpt
+    fs = identity_set(16, "blocks.1.hook_resid_post")
+    records = corpus(40, seed=4)
+
+    @dl.hypothesis(kind="binary")
+    def is_from(r):
+        return [w == "from" for w in r.split(" ")]
+
+    frame = dl.inspect(model, [is_from], ["corr"], records, units=[fs], eps=None)
+    dash = F.dashboard(model, fs, records, hypothesis=is_from, frame=frame)
+    assert isinstance(dash, FeatureDashboard)
+    best = frame.sort(pl.col("unit_score").abs(), descending=True, nulls_last=True)["unit"][0]
+    assert dash.summary.latent == best and dash._payload["latent"] == best
+    p = dash._payload
+    assert p["bins"] and p["bins"][0]["bin"] >= p["bins"][-1]["bin"]  # the highest bin first
+    ex = p["bins"][0]["examples"][0]
+    assert len(ex["symbols"]) == len(ex["acts"]) == len(ex["hyp"])
+    assert p["logits"]["top"] and p["neurons"][0]["unit"] == best % 16
+    table = ScoreTable(frame)
+    link_selection(table, dash)
+    other = frame.filter(pl.col("unit") != best).row(0, named=True)
+    table.selection = other
+    assert dash.summary.latent == other["unit"]  # it followed the table
+    dash.selection = {"mid": "elsewhere", "layer": "x", "unit": 3}
+    assert dash.summary.latent == other["unit"]  # another layer: ignored
+    html = dash.snapshot_html()
+    assert "FeatureDashboard" in html and "correlated neurons" in html and "logit effects" in html
+    assert repr(dash).startswith("<FeatureDashboard: blocks.1.hook_resid_post:identity latent")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .ablate import ablate, firing_rates
 from .architectures import ARCHITECTURES
 from .base import FeatureSet
+from .dashboard import dashboard
 from .directions import Directions, from_probe, pca
 from .formats.saelens import save
 from .gated import GatedSAE
@@ -41,6 +42,7 @@ __all__ = [
     "TrainedSAE",
     "Transcoder",
     "ablate",
+    "dashboard",
     "evaluate",
     "firing_rates",
     "from_probe",

@@ -10,6 +10,7 @@ that linked panels follow. Nothing loads from a CDN: the ES modules ship in
 
 from ._base import Panel, link_selection, selection_key
 from .charts import epoch_scores, heatmap, sorted_scores, verification
+from .feature_dashboard import FeatureDashboard
 from .image_overlay import ImageOverlay
 from .lab import Lab
 from .plots import Plot, to_svg
@@ -20,6 +21,7 @@ from .text_overlay import TextOverlay
 from .vega import VegaPlot
 
 __all__ = [
+    "FeatureDashboard",
     "ImageOverlay",
     "Lab",
     "Panel",
