@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from feature_sets import identity_set
+from feature_sets import identity_set, tiny_gpt2
 
 import dni_lab as dl
 from dni_lab import features as F
@@ -16,15 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def gpt():
-    from test_hf import corpus
-
-    from hypotheses.workloads.hf_tokenizers import bpe
-
-    tok = bpe(corpus(200, seed=1), vocab_size=300)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2,
-                                  n_head=2, eos_token_id=tok.eos_token_id)  # fmt: skip
-    return dl.Model.from_hf(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="gpt"), corpus
+    return tiny_gpt2()
 
 
 def test_evaluate_a_lossless_set_recovers_all_loss(gpt):
