@@ -23,7 +23,7 @@ from torch import nn
 
 from ..errors import LayerError, did_you_mean
 from ..models import Model, to_device
-from . import names
+from . import hooks, names
 from .align import DEFAULT_POOL, POOLS
 
 _INDEX = "__dni_symbol_index__"  # extra batch keys, removed before the module sees them
@@ -87,6 +87,7 @@ class HFModel(Model):
         self._tokenizer_hash = tokenizer_hash(tokenizer)
         self._positions = _positions_from_arange(module)
         self._heads = names.head_shape(config)
+        self._taps = hooks.taps(module, self._blocks, self._n_blocks)
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._index: torch.Tensor | None = None
         self._count: torch.Tensor | None = None
@@ -200,9 +201,12 @@ class HFModel(Model):
 
     @property
     def addresses(self) -> list[str]:
-        """Module addresses plus each block's per-head outputs (``{block}.attn.hook_z``)."""
-        heads = [f"{b}.{names.HEADS}" for b in self.positional_layers()]
-        return super().addresses + heads
+        """Module addresses plus each block's virtual ones (``{block}.attn.hook_z``, ...).
+
+        See :mod:`.hooks`: per-head outputs, gated MLP neurons, the mid residual stream
+        and GPT-2's fused q/k/v are not a module's output and get an address of their own.
+        """
+        return super().addresses + list(self._taps)
 
     def positional_layers(self) -> list[str]:
         """The blocks: position ``i`` is block ``i``, and the default units."""
@@ -211,7 +215,7 @@ class HFModel(Model):
     def resolve_layer(self, layer: str | int) -> str:
         """An address, a block position, a TransformerLens hook or an nnsight path."""
         if isinstance(layer, str) and layer not in self.addresses:
-            mapped = names.translate(layer, self._blocks, self._n_blocks, self.module)
+            mapped = names.translate(layer, self._blocks, self._n_blocks, self.module, self._taps)
             if mapped is not None and mapped not in self.addresses:
                 raise LayerError(
                     f"{layer!r} maps to {mapped!r}, which model {self.name!r} does not have."
@@ -221,18 +225,55 @@ class HFModel(Model):
         return super().resolve_layer(layer)
 
     def _module(self, name: str) -> nn.Module:
-        if names.reads_input(name):
-            block = name[: -len(names.HEADS) - 1]
-            return self.module.get_submodule(names.role(self.module, block, "out_proj"))
+        tap = self._taps.get(name)
+        if tap is not None:
+            return self.module.get_submodule(tap.module)
         return super()._module(name)
+
+    def forceable(self, address: str) -> bool:
+        """Whether forcing ``address`` can hook one module's input or output as a whole.
+
+        A slice of a fused projection (GPT-2's ``attn.hook_q``) cannot: its units are
+        not that module's units.
+        """
+        tap = self._taps.get(address)
+        return tap is None or tap.start is None
+
+    def with_heads(self, frame: Any) -> Any:
+        """A score frame with a ``head`` column: ``unit // head_dim`` on per-head layers.
+
+        Rows of this model on ``attn.hook_q``, ``hook_k``, ``hook_v`` or ``hook_z``
+        (and on the q/k/v projections they map to) get their head; every other row
+        gets null. Keys and values under GQA have fewer heads, the same ``head_dim``.
+        """
+        import polars as pl
+
+        layers = frame.filter(pl.col("mid") == self.name)["layer"].unique().to_list()
+        dims = {a: d for a in layers if (d := self._layer_head_dim(a)) is not None}
+        dim = pl.col("layer").replace_strict(dims, default=None, return_dtype=pl.Int64)
+        head = pl.when(pl.col("mid") == self.name).then(pl.col("unit") // dim)
+        return frame.with_columns(head.cast(pl.Int64).alias("head"))
+
+    def _layer_head_dim(self, address: str) -> int | None:
+        if address.endswith(hooks.PER_HEAD):
+            return self._heads[1]
+        per_head = {
+            role
+            for b in self.positional_layers()
+            for role in (hooks.role_or_none(self.module, b, r) for r in ("q", "k", "v"))
+            if role
+        }
+        return self._heads[1] if address in per_head else None
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
         widths = super()._probe_widths(sample, device)
-        # hook_z is the out projection's input: heads × head_dim units, which is not
-        # hidden_size when head_dim is set apart from it (Qwen3, Gemma); read it from
-        # the projection, or measure it where the projection does not say
-        heads = {f"{b}.{names.HEADS}" for b in self.positional_layers()}
-        found = {a: names.input_width(self._module(a)) for a in heads}
+        # virtual addresses are no module's output: hook_z is the out projection's input,
+        # heads × head_dim units, which is not hidden_size when head_dim is set apart
+        # from it (Qwen3, Gemma); read the projection, or measure where it does not say
+        found = {
+            a: names.input_width(self._module(a)) if t.side == "input" else None
+            for a, t in self._taps.items()
+        }
         widths.update({a: w for a, w in found.items() if w is not None})
         unknown = sorted(a for a, w in found.items() if w is None)
         if unknown:
@@ -243,13 +284,22 @@ class HFModel(Model):
 
     @contextlib.contextmanager
     def capture(self, addresses: Sequence[str]) -> Iterator[dict[str, Any]]:
-        """Hooks as in :class:`Model`; captured outputs come back in symbol order."""
-        heads = [a for a in addresses if names.reads_input(a)]
-        plain = [a for a in addresses if a not in heads]
+        """Hooks as in :class:`Model`; captured outputs come back in symbol order.
+
+        Virtual addresses (:mod:`.hooks`) are read by a forward pre-hook on their
+        module's input, or as a slice of its output.
+        """
+        virtual = [a for a in addresses if a in self._taps]
+        plain = [a for a in addresses if a not in self._taps]
         store = _SymbolStore(self)
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:
-            for addr in heads:
-                hook = self._module(addr).register_forward_pre_hook(_keep_input(store, addr))
+            for addr in virtual:
+                tap = self._taps[addr]
+                mod = self.module.get_submodule(tap.module)
+                if tap.side == "input":
+                    hook = mod.register_forward_pre_hook(_keep_input(store, addr), with_kwargs=True)
+                else:
+                    hook = mod.register_forward_hook(_keep_slice(store, addr, tap))
                 stack.callback(hook.remove)
             store.raw = raw
             yield store
@@ -287,8 +337,17 @@ class _SymbolStore(dict):
 
 
 def _keep_input(store: dict, addr: str):
-    def hook(_mod, args):
-        dict.__setitem__(store, addr, args[0])
+    def hook(_mod, args, kwargs):
+        x = args[0] if args else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+        dict.__setitem__(store, addr, x)
+
+    return hook
+
+
+def _keep_slice(store: dict, addr: str, tap: hooks.Tap):
+    def hook(_mod, _args, out):
+        t = out[0] if isinstance(out, tuple) else out
+        dict.__setitem__(store, addr, t[..., tap.start : tap.stop])
 
     return hook
 
