@@ -16,7 +16,7 @@ import torch
 
 from .cache import block_key
 from .errors import DNIError, HypothesisError
-from .extract import Extractor, on_device, resolve_device
+from .extract import Extractor, Padding, on_device, resolve_device
 from .frames import empty_frame
 from .hypotheses import BlockCancelled, for_model, hypothesis_block
 from .measures.base import stop_check
@@ -164,6 +164,7 @@ class Inspection:
         self.progress = Progress(total_records=_length(data, self.params.max_records))
         self._cancel = False
         self._read_to_end = False
+        self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
         self._records_hash = RecordsHash()
 
     def metadata(self) -> dict[str, Any]:
@@ -186,6 +187,8 @@ class Inspection:
             "versions": versions(),
             "weights_sha256": {m.name: weights_sha256(m.module) for m in self.models},
             "data_sha256": self._records_hash.hexdigest(),
+            # padded symbol slots / all slots of the forward passes, per model
+            "padding_waste": {m: p.waste for m, p in self._padding.items()},
             **ending(
                 self._records_hash.count,
                 self.progress.total_records,
@@ -255,7 +258,11 @@ class Inspection:
 
     def _extractors(self) -> dict[str, Extractor]:
         return {
-            mu.model.name: Extractor(mu.model, mu.layer_units, self.params.behavior, self.device)
+            mu.model.name: Extractor(
+                mu.model, mu.layer_units, self.params.behavior, self.device,
+                forward_batch=self.params.forward_batch,
+                padding=self._padding.setdefault(mu.model.name, Padding()),
+            )
             for mu in self._active_models()
         }
 

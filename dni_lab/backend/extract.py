@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,19 @@ def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> t
     return torch.arange(T, device=device)[None, :] < n[:, None]
 
 
+@dataclass
+class Padding:
+    """Symbol slots of the forward passes run so far: real ones and all (padded) ones."""
+
+    real: int = 0
+    slots: int = 0
+
+    @property
+    def waste(self) -> float:
+        """The padded share of all slots (0 when nothing ran)."""
+        return 1 - self.real / self.slots if self.slots else 0.0
+
+
 class Extractor:
     """Extract behaviors of one model, block after block.
 
@@ -94,6 +108,11 @@ class Extractor:
         ``{address: indices or None}``; ``None`` keeps every unit of the layer.
     behavior : {"activation", "gradient"} or callable
     device : torch.device
+    forward_batch : int, optional
+        Records per forward pass; a longer block runs as several passes over records
+        of similar length (longest first), its behaviors put back in record order.
+    padding : Padding, optional
+        Counts the symbol slots the forward passes padded.
     """
 
     def __init__(
@@ -102,11 +121,15 @@ class Extractor:
         layer_units: dict[str, Any],
         behavior: Behavior,
         device: torch.device,
+        forward_batch: int | None = None,
+        padding: Padding | None = None,
     ) -> None:
         self.model = model
         self.layer_units = layer_units
         self.behavior = behavior
         self.device = device
+        self.forward_batch = forward_batch
+        self.padding = padding if padding is not None else Padding()
         self._replicas: dict[tuple[int, int], nn.Module] = {}
         self._units_key = tuple(
             (a, None if i is None else tuple(np.asarray(i).ravel().tolist()))
@@ -136,7 +159,7 @@ class Extractor:
             hit = self.model.behavior_memo.get(key)
             if hit is not None:
                 return hit
-        out = self._extract(records, mask, first)
+        out = self._batched(records, mask, first)
         if key is not None:
             self.model.behavior_memo.put(key, out)
         return out
@@ -149,8 +172,34 @@ class Extractor:
         rkey = records_key or block_key(records)
         return (state, self._units_key, self.behavior, str(self.device), rkey)
 
-    def _extract(
+    def _batched(
         self, records: list[Any], mask: torch.Tensor, first: int
+    ) -> dict[str, torch.Tensor]:
+        """The block in forward batches of records of similar length, back in record order."""
+        n = mask.sum(1)
+        B = self.forward_batch
+        if B is None or len(records) <= B:
+            self.padding.real += int(n.sum())
+            self.padding.slots += mask.numel()
+            return self._extract(records, mask, first)
+        order = torch.argsort(n.cpu(), descending=True, stable=True)
+        out: dict[str, torch.Tensor] = {}
+        for start in range(0, len(records), B):
+            rows = order[start : start + B]
+            T = int(n[rows].max())
+            sub = mask[rows.to(mask.device), :T]
+            self.padding.real += int(sub.sum())
+            self.padding.slots += sub.numel()
+            # errors name records by their place in the data: the batch is not contiguous
+            part = self._extract([records[i] for i in rows.tolist()], sub, first, rows)
+            for addr, t in part.items():
+                if addr not in out:
+                    out[addr] = t.new_zeros(len(records), mask.shape[1], t.shape[-1])
+                out[addr][rows.to(t.device), :T] = t
+        return out
+
+    def _extract(
+        self, records: list[Any], mask: torch.Tensor, first: int, rows: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
@@ -171,7 +220,9 @@ class Extractor:
                     act = _gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
                     act = _apply(self.behavior, act, records, addr)
-                out[addr] = _check_finite(act.detach().float(), self.model, addr, mask, first)
+                out[addr] = _check_finite(
+                    act.detach().float(), self.model, addr, mask, first, rows
+                )
         return out
 
     def _symbols(self, addr: str, store: dict, records: list[Any], T: int) -> torch.Tensor:
@@ -337,7 +388,12 @@ def _apply(fn: Callable, act: torch.Tensor, records: list, addr: str) -> torch.T
 
 
 def _check_finite(
-    act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor, first: int = 0
+    act: torch.Tensor,
+    model: Model,
+    addr: str,
+    mask: torch.Tensor,
+    first: int = 0,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     full = bool(mask.all())
     # One reduction decides the usual case: a sum is finite only if every value is
@@ -347,6 +403,7 @@ def _check_finite(
     bad = ~torch.isfinite(act) & mask[..., None]
     if bool(bad.any()):
         r, t, u = (int(i) for i in torch.nonzero(bad)[0])
+        r = int(rows[r]) if rows is not None else r
         raise BehaviorError(
             f"model {model.name!r}, layer {addr!r}: NaN or inf behavior at unit {u}, symbol {t} "
             f"of record {first + r} of the data; check the model's weights and inputs "

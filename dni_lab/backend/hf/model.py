@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import LayerError, did_you_mean
+from ..errors import DNIError, LayerError, did_you_mean
 from ..models import Model, to_device
-from . import hooks, names
+from . import encoding, hooks, names
 from .align import DEFAULT_POOL, POOLS
+from .encoding import RECORD_POOLS
 
-_INDEX = "__dni_symbol_index__"  # extra batch keys, removed before the module sees them
-_COUNT = "__dni_symbol_count__"
+_LAYOUT = "__dni_symbol_layout__"  # an extra batch key, removed before the module sees it
 _MEMO = 65536
 
 
@@ -44,14 +44,32 @@ class HFModel(Model):
         ``padding_side`` is respected.
     name : str, optional
         The model id in score frames.
-    pool : dict, optional
-        How a character- or word-level hypothesis becomes one value per token, per
-        kind: ``{"binary": "any", "continuous": "mean", "categorical": "first"}`` by
+    pool : dict or {"cls", "last", "mean"}, optional
+        A dict: how a character- or word-level hypothesis becomes one value per token,
+        per kind: ``{"binary": "any", "continuous": "mean", "categorical": "first"}`` by
         default; each value one of ``"first"``, ``"last"``, ``"mean"``, ``"any"``.
+        A string: *record-level units*, one symbol per record: the first attended token
+        (``"cls"``: ``[CLS]`` on BERT), the last attended token (``"last"``), or the
+        mean over attended tokens (``"mean"``). Hypotheses then give one value per
+        record (character- and word-level ones are pooled over the whole record).
     max_length : int, optional
-        Longest tokenized record accepted; defaults to the model's positions.
+        Longest tokenized record the model reads in one row; defaults to the model's
+        positions.
+    truncate : bool
+        Read the first ``max_length`` tokens of a longer record (its other tokens are
+        no symbols) instead of raising.
+    stride : int, optional
+        Read a longer record as windows of ``max_length`` tokens, consecutive windows
+        sharing ``stride`` tokens (0: none); each token is read once, from the first
+        window that gives it ``stride`` tokens of left context (:mod:`.encoding`).
     meta : mapping, optional
         Catalog metadata.
+
+    Notes
+    -----
+    The last block's output (``blocks.{n-1}.hook_resid_post``) is the residual stream
+    *before* the final layer norm, as in TransformerLens; Hugging Face's
+    ``output_hidden_states[-1]`` is after it: read ``ln_final.hook_normalized`` for that.
     """
 
     def __init__(
@@ -59,9 +77,11 @@ class HFModel(Model):
         module: nn.Module,
         tokenizer: Any,
         name: str | None = None,
-        pool: Mapping[str, str] | None = None,
+        pool: Mapping[str, str] | str | None = None,
         max_length: int | None = None,
         meta: Mapping[str, Any] | None = None,
+        truncate: bool = False,
+        stride: int | None = None,
     ) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(
@@ -73,58 +93,97 @@ class HFModel(Model):
                 f"tokenizer {type(tokenizer).__name__} has no pad token, so batches cannot be "
                 "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
             )
+        config = getattr(module, "config", None)
+        _check_encoder_only(module, config)
         self.tokenizer = tokenizer
-        self.pool = {**DEFAULT_POOL, **dict(pool or {})}
+        self.record_pool = pool if isinstance(pool, str) else None
+        if self.record_pool is not None and self.record_pool not in RECORD_POOLS:
+            raise DNIError(
+                f"unknown pool {pool!r}: a string asks for record-level units, one of "
+                f"{RECORD_POOLS}; a dict pools hypotheses per kind."
+            )
+        self.pool = {**DEFAULT_POOL, **dict(pool if isinstance(pool, Mapping) else {})}
         bad = {k: v for k, v in self.pool.items() if v not in POOLS}
         if bad:
             raise ValueError(f"unknown pooling {bad}; use one of {POOLS} per hypothesis kind.")
-        config = getattr(module, "config", None)
         self.max_length = max_length or getattr(config, "max_position_embeddings", None)
+        self.truncate, self.stride = bool(truncate), stride
+        self._check_long_options()
         arch = getattr(config, "model_type", type(module).__name__)
-        super().__init__(module, encode=self._encode, name=name, symbols=self._count, meta=meta)
+        super().__init__(module, encode=self._encode, name=name, symbols=self._n_symbols, meta=meta)
         self.meta.setdefault("architecture", arch)
         self._blocks, self._n_blocks = names.find_blocks(module)
         self._tokenizer_hash = tokenizer_hash(tokenizer)
         self._positions = _positions_from_arange(module)
         self._heads = names.head_shape(config)
         self._taps = hooks.taps(module, self._blocks, self._n_blocks)
+        emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+        self._vocab = getattr(emb, "num_embeddings", None)
         self._memo: dict[str, list[tuple[int, int]]] = {}
-        self._index: torch.Tensor | None = None
-        self._count: torch.Tensor | None = None
+        self._layout: encoding.Layout | None = None
         self._n_tokens: int | None = None
+
+    def _check_long_options(self) -> None:
+        if self.stride is None:
+            return
+        n_special = self.tokenizer.num_special_tokens_to_add()
+        window = (self.max_length or 0) - n_special
+        if self.truncate or self.record_pool is not None:
+            raise DNIError(
+                "HFModel: stride= reads long records as windows; "
+                "it does not combine with truncate=True or a record-level pool. Pass one."
+            )
+        if not isinstance(self.stride, int) or isinstance(self.stride, bool) or not (
+            0 <= self.stride < window
+        ):
+            raise DNIError(
+                f"stride must be a whole number of tokens from 0 to {window - 1} (windows of "
+                f"{window} tokens besides {n_special} special ones), got {self.stride!r}."
+            )
 
     # -- symbols --------------------------------------------------------------
     def offsets(self, record: str) -> list[tuple[int, int]]:
-        """Character span ``(start, end)`` of each symbol (token) of ``record``."""
+        """Character span ``(start, end)`` of each symbol (token) of ``record``.
+
+        With record-level units (``pool="cls"|"last"|"mean"``) one span, the record.
+        """
+        if not isinstance(record, str):  # before the memo: a list is not hashable
+            raise DNIError(
+                f"model {self.name!r} reads text records; got {type(record).__name__} "
+                f"({record!r:.40}). Pass strings (token ids are not records: decode them)."
+            )
         spans = self._memo.get(record)
         if spans is None:
-            if not isinstance(record, str):
-                raise TypeError(
-                    f"model {self.name!r} reads text records; got {type(record).__name__}."
-                )
             enc = self.tokenizer(
                 record, return_offsets_mapping=True, return_special_tokens_mask=True
             )
-            n = len(enc["input_ids"])
-            if self.max_length is not None and n > self.max_length:
-                raise ValueError(
-                    f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
-                    f"({self.max_length}): {record[:40]!r}...; shorten the records."
-                )
             special = enc["special_tokens_mask"]
             spans = [tuple(o) for o, s in zip(enc["offset_mapping"], special, strict=True) if not s]
+            n = len(enc["input_ids"])
+            if self.max_length is not None and n > self.max_length and self.stride is None:
+                if not self.truncate:
+                    raise DNIError(
+                        f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
+                        f"({self.max_length}): {record[:40]!r}...; pass HFModel(..., "
+                        "truncate=True) to read its first tokens, or stride=N to read it as "
+                        "overlapping windows."
+                    )
+                spans = spans[: self.max_length - self.tokenizer.num_special_tokens_to_add()]
+            if self.record_pool is not None:
+                spans = [(0, len(record))]
             if len(self._memo) >= _MEMO:
                 self._memo.clear()
             self._memo[record] = spans
         return spans
 
-    def _count(self, record: str) -> int:
+    def _n_symbols(self, record: str) -> int:
         return len(self.offsets(record))
 
     @property
     def symbol_space(self) -> str:
         """Models with equal spaces see the same symbols: one hypothesis block serves them."""
-        return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}"
+        pooled = f":{self.record_pool}" if self.record_pool else ""
+        return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}{pooled}"
 
     def align(self, families: list) -> list:
         """The hypothesis families as they read this model's tokens."""
@@ -136,30 +195,34 @@ class HFModel(Model):
     def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
         for r in records:  # validates types and lengths, fills the offsets memo
             self.offsets(r)
-        enc = self.tokenizer(
-            list(records), padding=True, return_tensors="pt", return_special_tokens_mask=True
+        enc, layout = encoding.encode(
+            self.tokenizer, list(records), self.max_length, self.truncate, self.stride,
+            self.record_pool,
         )
-        keep = enc["attention_mask"].bool() & ~enc.pop("special_tokens_mask").bool()
-        n = keep.sum(1)
-        T = int(n.max()) if len(n) else 0
-        # positions of the real tokens, in order; a shorter record's tail slots point at
-        # its padding or special tokens, which the symbol mask hides
-        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :T]
+        ids = enc["input_ids"]
+        if self._vocab is not None and ids.numel() and int(ids.max()) >= self._vocab:
+            raise DNIError(
+                f"tokenizer {type(self.tokenizer).__name__} gives token id {int(ids.max())}, "
+                f"but model {self.name!r} embeds {self._vocab} ids (0..{self._vocab - 1}); use "
+                "the tokenizer the model was trained with, or call "
+                "module.resize_token_embeddings(len(tokenizer)) after adding tokens."
+            )
         batch = dict(enc)
         if self._positions and self.tokenizer.padding_side == "left":
             # left padding shifts tokens right; positions must count real tokens only,
             # or a left-padded record reads other position embeddings than a right-padded one
             batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
-        batch[_INDEX] = order
-        batch[_COUNT] = n
+        batch[_LAYOUT] = layout
         return batch
 
     def forward(self, batch: Any) -> Any:
         """Run the module on an encoded batch; remembers where each symbol sits."""
         batch = dict(batch)
-        self._index = batch.pop(_INDEX, None)
-        self._count = batch.pop(_COUNT, None)
-        self._n_tokens = batch["input_ids"].shape[1] if "input_ids" in batch else None
+        layout = batch.pop(_LAYOUT, None)
+        ids = batch.get("input_ids")
+        # behaviors come back where the caller put the batch (the extraction device)
+        self._layout = layout.to(ids.device) if layout is not None and ids is not None else layout
+        self._n_tokens = ids.shape[1] if ids is not None else None
         return self.module(**to_device(batch, _input_device(self.module)))
 
     @property
@@ -168,35 +231,32 @@ class HFModel(Model):
         return _input_device(self.module).type in ("cpu", "meta")
 
     def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
-        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device.
+        """``(rows, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device.
 
-        A per-token, per-head map ``(R, T_tokens, heads, head_dim)`` (Qwen3's and
-        Gemma3's ``q_norm`` / ``k_norm``) is read head-major as ``heads × head_dim``
-        units, as ``hook_z`` is, and so is ``(R, heads, T_tokens, head_dim)`` (Gemma3
-        normalizes after the transpose); other maps (attention weights) are left as they are.
+        A per-token, per-head map (``(R, T_tokens, heads, head_dim)``: Qwen3's and
+        Gemma3's ``q_norm`` / ``k_norm``, or ``(R, heads, T_tokens, head_dim)``) is read
+        head-major as ``heads × head_dim`` units, as ``hook_z`` is; other maps
+        (attention weights) are left as they are. Windows of a long record and
+        record-level pooling are undone here (:func:`.encoding.gather`).
         """
-        idx = self._index
-        if t.dim() == 4:
-            t = names.token_major(t, self._n_tokens, *self._heads)
-        if idx is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
-            return t  # not one row per token (a pooled or per-head map): left as it is
-        if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
-            t = t.expand(idx.shape[0], -1, -1)
-        out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
-        return out.to(idx.device)
+        if self._layout is None:
+            return names.token_major(t, self._n_tokens, *self._heads) if t.dim() == 4 else t
+        return encoding.gather(t, self._layout, self._n_tokens, self._heads)
 
     def symbol_slots(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Where the symbols of the batch last run sit in ``t`` (``(R, T_tokens, ...)``).
 
         Returns ``(index, real)``, both ``(R, T_symbols)`` on ``t``'s device: the token
         position of each symbol slot and whether the slot holds a symbol (a shorter
-        record's tail slots do not). ``None`` when ``t`` is not one row per token.
+        record's tail slots do not). ``None`` when ``t`` is not one row per token, or
+        the batch holds windows of long records or record-level units.
         """
-        idx, n = self._index, self._count
-        if idx is None or n is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
+        lay = self._layout
+        if lay is None or not lay.per_token or t.dim() != 3 or t.shape[1] != self._n_tokens:
             return None
-        idx = idx.to(t.device)
-        real = torch.arange(idx.shape[1], device=t.device)[None, :] < n.to(t.device)[:, None]
+        idx = lay.index.to(t.device)
+        n = lay.count.to(t.device)
+        real = torch.arange(idx.shape[1], device=t.device)[None, :] < n[:, None]
         return idx, real
 
     @property
@@ -372,3 +432,17 @@ def _input_device(module: nn.Module) -> torch.device:
     for p in (emb or module).parameters():
         return p.device
     return torch.device("cpu")
+
+
+def _check_encoder_only(module: nn.Module, config: Any) -> None:
+    """An encoder-decoder model needs decoder inputs we cannot guess: say what to pass."""
+    # the config says encoder-decoder on T5EncoderModel too: ask the forward pass
+    if "decoder_input_ids" not in inspect.signature(module.forward).parameters:
+        return
+    kind = type(module).__name__
+    raise DNIError(
+        f"{kind} is an encoder-decoder model: its forward pass needs decoder inputs, which "
+        f"records do not give. Inspect its encoder stack: Model.from_hf({kind.lower()}"
+        ".get_encoder(), tokenizer) (its blocks, hooks and TransformerLens names work as on "
+        "BERT). Decoder stacks are not supported."
+    )
