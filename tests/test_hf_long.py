@@ -205,3 +205,31 @@ def test_wordpiece_training_is_deterministic():
     assert a.get_vocab() == b.get_vocab()
     probe = "select  ab tab where insert valuesx"
     assert a(probe)["input_ids"] == b(probe)["input_ids"]
+
+
+def test_a_device_map_model_is_never_moved_and_reads_the_same(gpt2, tmp_path):
+    """A model dispatched by accelerate (block 1 offloaded to disk: meta weights loaded by
+    hooks at run time) on the CPU: no .to() call, values equal to the plain model's."""
+    import copy
+
+    accelerate = pytest.importorskip("accelerate")
+    module, tok = gpt2
+    dm = {f"transformer.{n}": "cpu" for n in ("wte", "wpe", "drop", "h.0", "ln_f")}
+    dm |= {"transformer.h.1": "disk", "lm_head": "cpu"}
+    placed = accelerate.dispatch_model(copy.deepcopy(module), device_map=dm, offload_dir=tmp_path)
+    assert placed.hf_device_map == dm
+    assert placed.transformer.h[1].mlp.c_fc.weight.device.type == "meta"
+    calls = []
+    real_to = placed.to
+    placed.to = lambda *a, **k: calls.append(a) or real_to(*a, **k)
+    m = HFModel(placed, tok, name="placed")
+    data = corpus(24, seed=8)
+    for layer in ("blocks.1.hook_resid_post", "blocks.1.mlp.hook_post", "blocks.1.attn.hook_z"):
+        torch.testing.assert_close(acts(m, layer, data), acts(HFModel(module, tok), layer, data),
+                                   rtol=0, atol=1e-6)
+    f = dl.inspect(m, [keyword], data=data, eps=None, device="cpu", cache=False)
+    assert f.height == 2 * 32 and calls == []
+    # offloaded weights are hashed from where accelerate keeps them
+    from dni_lab.backend.provenance import weights_sha256
+
+    assert dl.provenance(f)["weights_sha256"]["placed"] == weights_sha256(module)
