@@ -12,6 +12,7 @@ how character- and word-level hypotheses reach tokens (:mod:`.align`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -119,6 +120,8 @@ class HFModel(Model):
         self._taps = hooks.taps(module, self._blocks, self._n_blocks)
         emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
         self._vocab = getattr(emb, "num_embeddings", None)
+        self.stop_early = True  # capture() ends the forward pass once its hooks fired
+        self._repeated: set[str] = set()  # modules called more than once per forward pass
         self._memo: dict[str, list[tuple[int, int]]] = {}
         self._layout: encoding.Layout | None = None
         self._n_tokens: int | None = None
@@ -223,7 +226,10 @@ class HFModel(Model):
         # behaviors come back where the caller put the batch (the extraction device)
         self._layout = layout.to(ids.device) if layout is not None and ids is not None else layout
         self._n_tokens = ids.shape[1] if ids is not None else None
-        return self.module(**to_device(batch, _input_device(self.module)))
+        try:
+            return self.module(**to_device(batch, _input_device(self.module)))
+        except _StopForward:  # every captured address fired: the rest was not needed
+            return None
 
     @property
     def movable(self) -> bool:
@@ -326,7 +332,15 @@ class HFModel(Model):
         return self._heads[1] if address in per_head else None
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
-        widths = super()._probe_widths(sample, device)
+        # a module the forward pass calls twice (a shared layer) must not stop it at its
+        # first call: count calls during the probe pass, which runs every module
+        calls: dict[str, int] = {}
+        with contextlib.ExitStack() as stack:
+            for a in self.layers:
+                count = functools.partial(_count_call, calls, a)
+                stack.callback(self._module(a).register_forward_hook(count).remove)
+            widths = super()._probe_widths(sample, device)
+        self._repeated = {a for a, n in calls.items() if n > 1}
         # virtual addresses are no module's output: hook_z is the out projection's input,
         # heads × head_dim units, which is not hidden_size when head_dim is set apart
         # from it (Qwen3, Gemma); read the projection, or measure where it does not say
@@ -347,11 +361,17 @@ class HFModel(Model):
         """Hooks as in :class:`Model`; captured outputs come back in symbol order.
 
         Virtual addresses (:mod:`.hooks`) are read by a forward pre-hook on their
-        module's input, or as a slice of its output.
+        module's input, or as a slice of its output. Once every address has fired,
+        the forward pass stops (:meth:`forward` returns None): units in block ``k``
+        run blocks ``<= k`` only, never the LM head. ``stop_early = False`` on the
+        model turns that off; so does a module the probe pass saw called twice.
         """
         virtual = [a for a in addresses if a in self._taps]
         plain = [a for a in addresses if a not in self._taps]
         store = _SymbolStore(self)
+        pending = set(addresses)
+        if not self.stop_early or pending & self._repeated or not pending:
+            pending = None  # a hook never stops the pass
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:
             for addr in virtual:
                 tap = self._taps[addr]
@@ -361,8 +381,31 @@ class HFModel(Model):
                 else:
                     hook = mod.register_forward_hook(_keep_slice(store, addr, tap))
                 stack.callback(hook.remove)
+            if pending is not None:  # after the keeping hooks: on one module they run in order
+                for addr in addresses:
+                    tap = self._taps.get(addr)
+                    mod = self._module(addr)
+                    stop = _stopper(pending, addr)
+                    if tap is not None and tap.side == "input":
+                        hook = mod.register_forward_pre_hook(lambda _m, _a, f=stop: f())
+                    else:
+                        hook = mod.register_forward_hook(lambda _m, _a, _o, f=stop: f())
+                    stack.callback(hook.remove)
             store.raw = raw
             yield store
+
+
+class _StopForward(Exception):
+    """Raised from a hook once every captured address fired; :meth:`HFModel.forward` ends."""
+
+
+def _stopper(pending: set[str], addr: str):
+    def fired() -> None:
+        pending.discard(addr)
+        if not pending:
+            raise _StopForward
+
+    return fired
 
 
 def tokenizer_hash(tokenizer: Any) -> str:
@@ -394,6 +437,10 @@ class _SymbolStore(dict):
 
     def __contains__(self, addr: object) -> bool:
         return dict.__contains__(self, addr) or addr in self.raw
+
+
+def _count_call(calls: dict[str, int], addr: str, *_: Any) -> None:
+    calls[addr] = calls.get(addr, 0) + 1
 
 
 def _keep_input(store: dict, addr: str):

@@ -53,6 +53,10 @@ def input_width(module: nn.Module) -> int | None:
     width = getattr(module, "in_features", None)
     if width is None and type(module).__name__ == "Conv1D":
         width = getattr(module, "nx", None)
+    weight = getattr(module, "weight", None)
+    if width is None and "Norm" in type(module).__name__ and getattr(weight, "dim", None):
+        # a layer norm (hook_resid_mid reads its input): as wide as its weight
+        width = int(weight.shape[-1]) if weight.dim() == 1 else None
     return int(width) if isinstance(width, int) else None
 
 
