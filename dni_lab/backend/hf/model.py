@@ -95,7 +95,7 @@ class HFModel(Model):
                 "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
             )
         config = getattr(module, "config", None)
-        _check_encoder_only(module, config)
+        _check_encoder_only(module)
         self.tokenizer = tokenizer
         self.record_pool = pool if isinstance(pool, str) else None
         if self.record_pool is not None and self.record_pool not in RECORD_POOLS:
@@ -481,7 +481,7 @@ def _input_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _check_encoder_only(module: nn.Module, config: Any) -> None:
+def _check_encoder_only(module: nn.Module) -> None:
     """An encoder-decoder model needs decoder inputs we cannot guess: say what to pass."""
     # the config says encoder-decoder on T5EncoderModel too: ask the forward pass
     if "decoder_input_ids" not in inspect.signature(module.forward).parameters:
