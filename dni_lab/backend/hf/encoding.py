@@ -17,11 +17,14 @@ non-padding token. Two cases change that:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
+from ..errors import DNIError
 from . import names
 
 RECORD_POOLS = ("cls", "last", "mean")
@@ -157,3 +160,32 @@ def gather(t: torch.Tensor, layout: Layout, n_tokens: int | None, heads: tuple) 
     else:
         out = t[layout.rows.to(t.device), layout.index.to(t.device)]
     return out.to(layout.rows.device)
+
+
+def positions_from_arange(module: nn.Module) -> bool:
+    """Whether the model numbers positions 0..T-1 whatever the mask (GPT-2, BERT, ...).
+
+    Those need ``position_ids`` under left padding. RoBERTa-style embeddings (a
+    position table with a ``padding_idx``) derive positions from the padding
+    themselves, offset by it; passing ours would shift them.
+    """
+    if "position_ids" not in inspect.signature(module.forward).parameters:
+        return False
+    return not any(
+        isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
+        for name, m in module.named_modules()
+    )
+
+
+def check_encoder_only(module: nn.Module) -> None:
+    """An encoder-decoder model needs decoder inputs we cannot guess: say what to pass."""
+    # the config says encoder-decoder on T5EncoderModel too: ask the forward pass
+    if "decoder_input_ids" not in inspect.signature(module.forward).parameters:
+        return
+    kind = type(module).__name__
+    raise DNIError(
+        f"{kind} is an encoder-decoder model: its forward pass needs decoder inputs, which "
+        f"records do not give. Inspect its encoder stack: Model.from_hf({kind.lower()}"
+        ".get_encoder(), tokenizer) (its blocks, hooks and TransformerLens names work as on "
+        "BERT). Decoder stacks are not supported."
+    )

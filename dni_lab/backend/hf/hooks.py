@@ -256,7 +256,8 @@ def translate_tl(
     return role(module, block, _BLOCK_HOOKS[hook] or "mlp_post")
 
 
-def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what: str) -> str:
+def _first_path(module: nn.Module, blocks: str, leaves: tuple[str, ...]) -> str | None:
+    """The first of ``leaves`` beside the block list, or above it (innermost stem first)."""
     parts = blocks.split(".")
     for depth in range(len(parts) - 1, -1, -1):
         stem = ".".join(parts[:depth])
@@ -264,6 +265,13 @@ def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what
             path = f"{stem}.{leaf}" if stem else leaf
             if has(module, path):
                 return path
+    return None
+
+
+def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what: str) -> str:
+    path = _first_path(module, blocks, leaves)
+    if path is not None:
+        return path
     extra = " (its positions are rotary, applied inside attention)" if leaves is _POS_EMBED else ""
     raise LayerError(
         f"{type(module).__name__} has no {what} for {address!r}{extra}; "
@@ -273,17 +281,13 @@ def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what
 
 def embeddings(module: nn.Module, blocks: str) -> str:
     """Address of the module whose output enters block 0 (the embedding sum)."""
-    parts = blocks.split(".")
-    for depth in range(len(parts) - 1, -1, -1):
-        stem = ".".join(parts[:depth])
-        for leaf in ("drop", "embeddings", "embed_tokens", "embed_in", "emb"):
-            path = f"{stem}.{leaf}" if stem else leaf
-            if has(module, path):
-                return path
-    raise LayerError(
-        f"cannot find the embedding module of {type(module).__name__} for "
-        "'blocks.0.hook_resid_pre'; address it by its module path."
-    )
+    path = _first_path(module, blocks, ("drop", "embeddings", "embed_tokens", "embed_in", "emb"))
+    if path is None:
+        raise LayerError(
+            f"cannot find the embedding module of {type(module).__name__} for "
+            "'blocks.0.hook_resid_pre'; address it by its module path."
+        )
+    return path
 
 
 def role_or_none(module: nn.Module, block: str, name: str) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from ..models import Model, to_device
-from . import encoding, hooks, names
+from . import capture, encoding, hooks, names
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
 
@@ -95,7 +94,7 @@ class HFModel(Model):
                 "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
             )
         config = getattr(module, "config", None)
-        _check_encoder_only(module)
+        encoding.check_encoder_only(module)
         self.tokenizer = tokenizer
         self.record_pool = pool if isinstance(pool, str) else None
         if self.record_pool is not None and self.record_pool not in RECORD_POOLS:
@@ -115,7 +114,7 @@ class HFModel(Model):
         self.meta.setdefault("architecture", arch)
         self._blocks, self._n_blocks = names.find_blocks(module)
         self._tokenizer_hash = tokenizer_hash(tokenizer)
-        self._positions = _positions_from_arange(module)
+        self._positions = encoding.positions_from_arange(module)
         self._heads = names.head_shape(config)
         self._taps = hooks.taps(module, self._blocks, self._n_blocks)
         emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
@@ -228,7 +227,7 @@ class HFModel(Model):
         self._n_tokens = ids.shape[1] if ids is not None else None
         try:
             return self.module(**to_device(batch, _input_device(self.module)))
-        except _StopForward:  # every captured address fired: the rest was not needed
+        except capture.StopForward:  # every captured address fired: the rest was not needed
             return None
 
     @property
@@ -315,21 +314,18 @@ class HFModel(Model):
         import polars as pl
 
         layers = frame.filter(pl.col("mid") == self.name)["layer"].unique().to_list()
-        dims = {a: d for a in layers if (d := self._layer_head_dim(a)) is not None}
+        dims = {a: d for a in layers if (d := self._head_dim_of(a)) is not None}
         dim = pl.col("layer").replace_strict(dims, default=None, return_dtype=pl.Int64)
         head = pl.when(pl.col("mid") == self.name).then(pl.col("unit") // dim)
         return frame.with_columns(head.cast(pl.Int64).alias("head"))
 
-    def _layer_head_dim(self, address: str) -> int | None:
-        if address.endswith(hooks.PER_HEAD):
-            return self._heads[1]
-        per_head = {
-            role
+    def _head_dim_of(self, address: str) -> int | None:
+        per_head = address.endswith(hooks.PER_HEAD) or any(
+            address == hooks.role_or_none(self.module, b, r)
             for b in self.positional_layers()
-            for role in (hooks.role_or_none(self.module, b, r) for r in ("q", "k", "v"))
-            if role
-        }
-        return self._heads[1] if address in per_head else None
+            for r in ("q", "k", "v")
+        )
+        return self._heads[1] if per_head else None
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
         # a module the forward pass calls twice (a shared layer) must not stop it at its
@@ -337,7 +333,7 @@ class HFModel(Model):
         calls: dict[str, int] = {}
         with contextlib.ExitStack() as stack:
             for a in self.layers:
-                count = functools.partial(_count_call, calls, a)
+                count = functools.partial(capture.count_call, calls, a)
                 stack.callback(self._module(a).register_forward_hook(count).remove)
             widths = super()._probe_widths(sample, device)
         self._repeated = {a for a, n in calls.items() if n > 1}
@@ -368,44 +364,21 @@ class HFModel(Model):
         """
         virtual = [a for a in addresses if a in self._taps]
         plain = [a for a in addresses if a not in self._taps]
-        store = _SymbolStore(self)
+        store = capture.SymbolStore(self)
         pending = set(addresses)
         if not self.stop_early or pending & self._repeated or not pending:
             pending = None  # a hook never stops the pass
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:
-            for addr in virtual:
-                tap = self._taps[addr]
-                mod = self.module.get_submodule(tap.module)
-                if tap.side == "input":
-                    hook = mod.register_forward_pre_hook(_keep_input(store, addr), with_kwargs=True)
-                else:
-                    hook = mod.register_forward_hook(_keep_slice(store, addr, tap))
-                stack.callback(hook.remove)
+            capture.keep_taps(self.module, {a: self._taps[a] for a in virtual}, store, stack)
             if pending is not None:  # after the keeping hooks: on one module they run in order
-                for addr in addresses:
-                    tap = self._taps.get(addr)
-                    mod = self._module(addr)
-                    stop = _stopper(pending, addr)
-                    if tap is not None and tap.side == "input":
-                        hook = mod.register_forward_pre_hook(lambda _m, _a, f=stop: f())
-                    else:
-                        hook = mod.register_forward_hook(lambda _m, _a, _o, f=stop: f())
-                    stack.callback(hook.remove)
+                capture.stop_after(
+                    {a: (self._module(a), a in self._taps and self._taps[a].side == "input")
+                     for a in addresses},
+                    pending,
+                    stack,
+                )  # fmt: skip
             store.raw = raw
             yield store
-
-
-class _StopForward(Exception):
-    """Raised from a hook once every captured address fired; :meth:`HFModel.forward` ends."""
-
-
-def _stopper(pending: set[str], addr: str):
-    def fired() -> None:
-        pending.discard(addr)
-        if not pending:
-            raise _StopForward
-
-    return fired
 
 
 def tokenizer_hash(tokenizer: Any) -> str:
@@ -415,81 +388,8 @@ def tokenizer_hash(tokenizer: Any) -> str:
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
-class _SymbolStore(dict):
-    """Reads hooked outputs back as ``(R, T_symbols, D)``, gathered through the mask."""
-
-    def __init__(self, model: HFModel) -> None:
-        super().__init__()
-        self.model = model
-        self.raw: dict[str, Any] = {}
-
-    def _gathered(self, addr: str) -> Any:
-        t = dict.get(self, addr, self.raw.get(addr))
-        return self.model.gather_symbols(t) if isinstance(t, torch.Tensor) else t
-
-    def get(self, addr: str, default: Any = None) -> Any:
-        return self._gathered(addr) if addr in self else default
-
-    def __getitem__(self, addr: str) -> Any:
-        if addr not in self:
-            raise KeyError(addr)
-        return self._gathered(addr)
-
-    def __contains__(self, addr: object) -> bool:
-        return dict.__contains__(self, addr) or addr in self.raw
-
-
-def _count_call(calls: dict[str, int], addr: str, *_: Any) -> None:
-    calls[addr] = calls.get(addr, 0) + 1
-
-
-def _keep_input(store: dict, addr: str):
-    def hook(_mod, args, kwargs):
-        x = args[0] if args else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
-        dict.__setitem__(store, addr, x)
-
-    return hook
-
-
-def _keep_slice(store: dict, addr: str, tap: hooks.Tap):
-    def hook(_mod, _args, out):
-        t = out[0] if isinstance(out, tuple) else out
-        dict.__setitem__(store, addr, t[..., tap.start : tap.stop])
-
-    return hook
-
-
-def _positions_from_arange(module: nn.Module) -> bool:
-    """Whether the model numbers positions 0..T-1 whatever the mask (GPT-2, BERT, ...).
-
-    Those need ``position_ids`` under left padding. RoBERTa-style embeddings (a
-    position table with a ``padding_idx``) derive positions from the padding
-    themselves, offset by it; passing ours would shift them.
-    """
-    if "position_ids" not in inspect.signature(module.forward).parameters:
-        return False
-    return not any(
-        isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
-        for name, m in module.named_modules()
-    )
-
-
 def _input_device(module: nn.Module) -> torch.device:
     emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
     for p in (emb or module).parameters():
         return p.device
     return torch.device("cpu")
-
-
-def _check_encoder_only(module: nn.Module) -> None:
-    """An encoder-decoder model needs decoder inputs we cannot guess: say what to pass."""
-    # the config says encoder-decoder on T5EncoderModel too: ask the forward pass
-    if "decoder_input_ids" not in inspect.signature(module.forward).parameters:
-        return
-    kind = type(module).__name__
-    raise DNIError(
-        f"{kind} is an encoder-decoder model: its forward pass needs decoder inputs, which "
-        f"records do not give. Inspect its encoder stack: Model.from_hf({kind.lower()}"
-        ".get_encoder(), tokenizer) (its blocks, hooks and TransformerLens names work as on "
-        "BERT). Decoder stacks are not supported."
-    )
