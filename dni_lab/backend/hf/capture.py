@@ -70,7 +70,7 @@ def keep_input(store: dict, addr: str):
 def keep_slice(store: dict, addr: str, tap: Tap):
     def hook(_mod, _args, out):
         t = out[0] if isinstance(out, tuple) else out
-        dict.__setitem__(store, addr, t[..., tap.start : tap.stop])
+        dict.__setitem__(store, addr, tap.read(t))
 
     return hook
 

@@ -145,14 +145,17 @@ def gather(t: torch.Tensor, layout: Layout, n_tokens: int | None, heads: tuple) 
     """``(rows, T_tokens, D)`` → ``(R, T_symbols, D)``, on the layout's device.
 
     A per-token, per-head map (``(rows, T, H, D)`` or ``(rows, H, T, D)``) is read
-    head-major first (:func:`.names.token_major`); a map that is not one row per
-    token (attention weights, a pooled output) is returned as it is.
+    head-major first (:func:`.names.token_major`), a ``(rows * T, D)`` one (OPT
+    flattens its MLP's input) unflattened; a map that is not one row per token
+    (attention weights, a pooled output) is returned as it is.
     """
     if t.dim() == 4:
         t = names.token_major(t, n_tokens, *heads)
+    n_rows = layout.weights.shape[0] if layout.weights is not None else int(layout.rows.max()) + 1
+    if t.dim() == 2 and n_tokens and t.shape[0] == n_rows * n_tokens:
+        t = t.unflatten(0, (n_rows, n_tokens))  # rows and tokens flattened (OPT's MLP)
     if t.dim() != 3 or t.shape[1] != n_tokens:
         return t
-    n_rows = layout.weights.shape[0] if layout.weights is not None else int(layout.rows.max()) + 1
     if t.shape[0] == 1 and n_rows != 1:  # a broadcast output (position embeddings)
         t = t.expand(n_rows, -1, -1)
     if layout.weights is not None:

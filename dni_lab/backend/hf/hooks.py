@@ -50,9 +50,16 @@ ROLES: dict[str, tuple[str, ...]] = {
         "self_attn.out_proj",
         "attention.dense",
         "attn.out_proj",
+        "self_attn.dense",
     ),
-    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h"),
-    "mlp_post": ("intermediate.intermediate_act_fn", "mlp.act", "mlp.act_fn", "activation_fn"),
+    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h", "fc2"),
+    "mlp_post": (
+        "intermediate.intermediate_act_fn",
+        "mlp.act",
+        "mlp.act_fn",
+        "mlp.activation_fn",
+        "activation_fn",
+    ),
     "mlp_pre": (
         "intermediate.dense",
         "mlp.c_fc",
@@ -121,12 +128,23 @@ class Tap:
         Read its first positional input (forward pre-hook) or its output.
     start, stop : int or None
         A slice of the last dimension (a third of a fused q/k/v projection).
+    head_size : int or None
+        The slice is taken within each head's ``3 * head_size`` features (GPT-NeoX's
+        fused projection interleaves q, k, v per head) and the heads are concatenated.
     """
 
     module: str
     side: str = "input"
     start: int | None = None
     stop: int | None = None
+    head_size: int | None = None
+
+    def read(self, t):
+        """This tap's units of the output ``t`` (``(R, T, features)``)."""
+        if self.head_size is None:
+            return t[..., self.start : self.stop]
+        per_head = t.unflatten(-1, (-1, 3 * self.head_size))
+        return per_head[..., self.start : self.stop].flatten(-2)
 
 
 def reads_input(address: str) -> bool:
@@ -194,6 +212,11 @@ def taps(module: nn.Module, blocks: str, n_blocks: int) -> dict[str, Tap]:
             width = module.get_submodule(fused).nf // 3
             for j, qkv in enumerate("qkv"):
                 out[f"{block}.attn.hook_{qkv}"] = Tap(fused, "output", j * width, (j + 1) * width)
+        neox = f"{block}.attention.query_key_value"
+        if has(module, neox):
+            d = getattr(module.get_submodule(f"{block}.attention"), "head_size", None)
+            for j, qkv in enumerate("qkv" if isinstance(d, int) else ""):
+                out[f"{block}.attn.hook_{qkv}"] = Tap(neox, "output", j * d, (j + 1) * d, d)
     return out
 
 
@@ -211,9 +234,9 @@ def translate_tl(
             raise LayerError(f"{type(module).__name__} has no input embedding for 'hook_embed'.")
         return name
     if address == "hook_pos_embed":
-        return _top_level(module, blocks, _POS_EMBED, address, "a learned position embedding")
+        return _top_level(module, blocks, _POS_EMBED, address, "learned position embedding")
     if address == "ln_final.hook_normalized":
-        return _top_level(module, blocks, _FINAL_LN, address, "a final layer norm")
+        return _top_level(module, blocks, _FINAL_LN, address, "final layer norm")
     m = _TL.match(address)
     if not m:
         return None
