@@ -154,6 +154,16 @@ def test_record_level_hypotheses_end_to_end(bert):
     assert set(f["hid"]) == {"n_words", "keyword"}  # the char-level one pooled per record
 
 
+def test_word_level_hypothesis_pools_over_the_whole_record(bert):
+    from dni_lab.backend.hf import AlignedFamily
+
+    m = HFModel(*bert, pool="cls")
+    words = dl.hypothesis(kind="continuous")(lambda r: [float(len(w)) for w in r.split()])
+    assert AlignedFamily(words, m).evaluate("select a from tab")[:, 0].tolist() == [3.5]  # 6 1 4 3
+    any_from = dl.hypothesis(kind="binary")(lambda r: [w == "from" for w in r.split()])
+    assert AlignedFamily(any_from, m).evaluate("select a from tab")[:, 0].tolist() == [1.0]
+
+
 def test_record_level_and_token_level_hypotheses_are_cached_apart(bert):
     module, tok = bert
     assert HFModel(module, tok, pool="cls").symbol_space != HFModel(module, tok).symbol_space
