@@ -243,3 +243,22 @@ def test_a_device_map_model_is_never_moved_and_reads_the_same(gpt2, tmp_path):
     from dni_lab.backend.provenance import weights_sha256
 
     assert dl.provenance(f)["weights_sha256"]["placed"] == weights_sha256(module)
+
+
+def test_skip_long_counts_the_skipped_records(gpt2):
+    module, tok = gpt2
+    long = " ".join(corpus(1, seed=3, lo=150, hi=151))
+    data = corpus(10, seed=2)
+    data[3] = data[7] = long
+    m = HFModel(module, tok, skip_long=True, name="g")
+    assert m.symbols(long) == 0 and m.skips(long) and not m.skips(data[0])
+    f = dl.inspect(m, [keyword], data=data, eps=None, block_size=4, cache=False)
+    assert dl.provenance(f)["skipped_records"] == {"g": 2}
+    kept = [r for r in data if r != long]
+    g = dl.inspect(HFModel(module, tok, name="g"), [keyword], data=kept, eps=None, cache=False)
+    np.testing.assert_allclose(f.sort("uid")["unit_score"], g.sort("uid")["unit_score"],
+                               rtol=0, atol=1e-6)  # as if the long records were not there
+    assert (f["n_records"] == 10).all()  # records read, skipped ones included
+    with pytest.raises(DNIError, match="pass one"):
+        HFModel(module, tok, skip_long=True, truncate=True)
+    assert m.symbol_space != HFModel(module, tok).symbol_space

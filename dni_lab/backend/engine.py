@@ -165,6 +165,7 @@ class Inspection:
         self._cancel = False
         self._read_to_end = False
         self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
+        self._skipped: dict[str, int] = {}  # records a model skipped (too long), per model
         self._records_hash = RecordsHash()
 
     def metadata(self) -> dict[str, Any]:
@@ -189,6 +190,7 @@ class Inspection:
             "data_sha256": self._records_hash.hexdigest(),
             # padded symbol slots / all slots of the forward passes, per model
             "padding_waste": {m: p.waste for m, p in self._padding.items()},
+            "skipped_records": dict(self._skipped),
             **ending(
                 self._records_hash.count,
                 self.progress.total_records,
@@ -275,6 +277,11 @@ class Inspection:
             key: self._symbol_counts(sp.models, block_records, first)
             for key, sp in self._spaces.items()
         }
+        for sp in self._spaces.values():  # provenance: records a model skipped, per model
+            for m in sp.models:
+                if getattr(m, "skips", None) is not None:
+                    n = sum(1 for r in block_records if m.skips(r))
+                    self._skipped[m.name] = self._skipped.get(m.name, 0) + n
         skip = self._finished_families()
         rkey = block_key(block_records)  # once: the hypothesis cache and the behavior memo
         blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -348,9 +355,10 @@ class Inspection:
                     f"models {models[0].name!r} and {m.name!r} count different symbols for "
                     f"record {first + i} ({counts[i]} vs {other[i]}); give them the same symbols=."
                 )
-        if min(counts) < 1:
-            i = counts.index(min(counts))
-            raise HypothesisError(f"record {first + i} has no symbols; drop empty records.")
+        skips = getattr(models[0], "skips", None)  # a model may skip some records (too long)
+        empty = [i for i, n in enumerate(counts) if n < 1 and not (skips and skips(records[i]))]
+        if empty:
+            raise HypothesisError(f"record {first + empty[0]} has no symbols; drop empty records.")
         return counts
 
     def _prepare(self, sample: list[Any]) -> None:

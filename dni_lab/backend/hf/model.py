@@ -58,6 +58,9 @@ class HFModel(Model):
     truncate : bool
         Read the first ``max_length`` tokens of a longer record (its other tokens are
         no symbols) instead of raising.
+    skip_long : bool
+        Skip a longer record instead of raising: it has no symbols, no unit reads it,
+        and ``dl.provenance(frame)["skipped_records"]`` counts it per model.
     stride : int, optional
         Read a longer record as windows of ``max_length`` tokens, consecutive windows
         sharing ``stride`` tokens (0: none); each token is read once, from the first
@@ -82,6 +85,7 @@ class HFModel(Model):
         meta: Mapping[str, Any] | None = None,
         truncate: bool = False,
         stride: int | None = None,
+        skip_long: bool = False,
     ) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(
@@ -107,7 +111,7 @@ class HFModel(Model):
         if bad:
             raise ValueError(f"unknown pooling {bad}; use one of {POOLS} per hypothesis kind.")
         self.max_length = max_length or getattr(config, "max_position_embeddings", None)
-        self.truncate, self.stride = bool(truncate), stride
+        self.truncate, self.stride, self.skip_long = bool(truncate), stride, bool(skip_long)
         self._check_long_options()
         arch = getattr(config, "model_type", type(module).__name__)
         super().__init__(module, encode=self._encode, name=name, symbols=self._n_symbols, meta=meta)
@@ -122,18 +126,22 @@ class HFModel(Model):
         self.stop_early = True  # capture() ends the forward pass once its hooks fired
         self._repeated: set[str] = set()  # modules called more than once per forward pass
         self._memo: dict[str, list[tuple[int, int]]] = {}
+        self._too_long: set[str] = set()  # records skipped under skip_long
         self._layout: encoding.Layout | None = None
         self._n_tokens: int | None = None
 
     def _check_long_options(self) -> None:
+        if self.truncate and self.skip_long:
+            raise DNIError("HFModel: truncate=True reads a long record, skip_long=True skips it; "
+                           "pass one of them.")  # fmt: skip
         if self.stride is None:
             return
         n_special = self.tokenizer.num_special_tokens_to_add()
         window = (self.max_length or 0) - n_special
-        if self.truncate or self.record_pool is not None:
+        if self.truncate or self.skip_long or self.record_pool is not None:
             raise DNIError(
                 "HFModel: stride= reads long records as windows; "
-                "it does not combine with truncate=True or a record-level pool. Pass one."
+                "it does not combine with truncate=True, skip_long=True or a record-level pool."
             )
         if not isinstance(self.stride, int) or isinstance(self.stride, bool) or not (
             0 <= self.stride < window
@@ -156,6 +164,9 @@ class HFModel(Model):
             )
         spans = self._memo.get(record)
         if spans is None:
+            if len(self._memo) >= _MEMO:
+                self._memo.clear()
+                self._too_long.clear()
             enc = self.tokenizer(
                 record, return_offsets_mapping=True, return_special_tokens_mask=True
             )
@@ -163,28 +174,39 @@ class HFModel(Model):
             spans = [tuple(o) for o, s in zip(enc["offset_mapping"], special, strict=True) if not s]
             n = len(enc["input_ids"])
             if self.max_length is not None and n > self.max_length and self.stride is None:
-                if not self.truncate:
+                if self.skip_long:
+                    spans = []
+                    self._too_long.add(record)
+                elif not self.truncate:
                     raise DNIError(
                         f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
                         f"({self.max_length}): {record[:40]!r}...; pass HFModel(..., "
-                        "truncate=True) to read its first tokens, or stride=N to read it as "
-                        "overlapping windows."
+                        "truncate=True) to read its first tokens, stride=N to read it as "
+                        "overlapping windows, or skip_long=True to skip it (counted in the "
+                        "frame's provenance)."
                     )
-                spans = spans[: self.max_length - self.tokenizer.num_special_tokens_to_add()]
-            if self.record_pool is not None:
+                else:
+                    spans = spans[: self.max_length - self.tokenizer.num_special_tokens_to_add()]
+            if self.record_pool is not None and spans:
                 spans = [(0, len(record))]
-            if len(self._memo) >= _MEMO:
-                self._memo.clear()
             self._memo[record] = spans
         return spans
 
     def _n_symbols(self, record: str) -> int:
         return len(self.offsets(record))
 
+    def skips(self, record: str) -> bool:
+        """Whether ``record`` is skipped (``skip_long=True`` and longer than ``max_length``)."""
+        return self.skip_long and not self.offsets(record) and record in self._too_long
+
     @property
     def symbol_space(self) -> str:
         """Models with equal spaces see the same symbols: one hypothesis block serves them."""
         pooled = f":{self.record_pool}" if self.record_pool else ""
+        # how a long record is read changes its symbols: truncated, windowed or skipped
+        mode = "truncate" if self.truncate else "skip" if self.skip_long else "stride"
+        if self.truncate or self.skip_long or self.stride is not None:
+            pooled += f":{mode}{self.max_length}"
         return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}{pooled}"
 
     def align(self, families: list) -> list:
@@ -197,6 +219,8 @@ class HFModel(Model):
     def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
         for r in records:  # validates types and lengths, fills the offsets memo
             self.offsets(r)
+        if self.skip_long:  # a skipped record runs as padding alone: it holds no symbol
+            records = [self.tokenizer.pad_token if self.skips(r) else r for r in records]
         enc, layout = encoding.encode(
             self.tokenizer, list(records), self.max_length, self.truncate, self.stride,
             self.record_pool,
