@@ -21,6 +21,16 @@ from .hooks import Tap
 class StopForward(Exception):
     """Raised from a hook once every captured address fired; ``HFModel.forward`` ends."""
 
+    @staticmethod
+    def error(addr: str) -> Exception:
+        from ..errors import LayerError
+
+        return LayerError(
+            f"{addr!r} reads attention weights per token: the module returned none, or the "
+            "batch holds windows of long records or mean-pooled records (stride=, pool='mean'), "
+            "which attention-to-target units do not support."
+        )
+
 
 def stopper(pending: set[str], addr: str):
     def fired() -> None:
@@ -38,8 +48,11 @@ class SymbolStore(dict):
         super().__init__()
         self.model = model
         self.raw: dict[str, Any] = {}
+        self.ready: dict[str, Any] = {}  # already per symbol (attention to a target)
 
     def _gathered(self, addr: str) -> Any:
+        if addr in self.ready:
+            return self.ready[addr]
         t = dict.get(self, addr, self.raw.get(addr))
         return self.model.gather_symbols(t) if isinstance(t, torch.Tensor) else t
 
@@ -52,7 +65,7 @@ class SymbolStore(dict):
         return self._gathered(addr)
 
     def __contains__(self, addr: object) -> bool:
-        return dict.__contains__(self, addr) or addr in self.raw
+        return dict.__contains__(self, addr) or addr in self.raw or addr in self.ready
 
 
 def count_call(calls: dict[str, int], addr: str, *_: Any) -> None:
@@ -102,3 +115,19 @@ def stop_after(
         else:
             hook = mod.register_forward_hook(lambda _m, _a, _o, f=stop: f())
         stack.callback(hook.remove)
+
+
+def keep_attention(store: SymbolStore, addr: str, model: Any, name: str):
+    """A hook on an attention module: per symbol and head, the weight on the pair's target."""
+    from .attention import read
+
+    def hook(_mod, _args, out):
+        weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        layout = model._layout
+        if weights is None or layout is None or not layout.per_token or not layout.targets:
+            raise StopForward.error(addr)
+        dev = weights.device
+        got = read(weights, layout.index.to(dev), layout.targets[name].to(dev))
+        store.ready[addr] = got.to(layout.index.device)
+
+    return hook

@@ -45,6 +45,8 @@ class Layout:
         ``(R, T_tokens)`` mean-pooling weights (``pool="mean"``), else None.
     windowed : bool
         Whether some record runs as several rows.
+    targets : dict or None
+        ``{pair name: (R, T_symbols)}`` target symbol per symbol, -1 for none.
     """
 
     rows: torch.Tensor
@@ -52,11 +54,14 @@ class Layout:
     count: torch.Tensor
     weights: torch.Tensor | None = None
     windowed: bool = False
+    targets: dict[str, torch.Tensor] | None = None  # pair hypotheses' targets (attention.py)
 
     def to(self, device: torch.device) -> Layout:
         w = None if self.weights is None else self.weights.to(device)
+        t = None if self.targets is None else {k: v.to(device) for k, v in self.targets.items()}
         return Layout(
-            self.rows.to(device), self.index.to(device), self.count.to(device), w, self.windowed
+            self.rows.to(device), self.index.to(device), self.count.to(device), w, self.windowed,
+            t,
         )
 
     @property

@@ -83,6 +83,8 @@ ROLES: dict[str, tuple[str, ...]] = {
     "q": ("attention.self.query", "self_attn.q_proj", "attn.q_proj", "attention.q_proj"),
     "k": ("attention.self.key", "self_attn.k_proj", "attn.k_proj", "attention.k_proj"),
     "v": ("attention.self.value", "self_attn.v_proj", "attn.v_proj", "attention.v_proj"),
+    # the attention module whose output's second item is its weights (eager attention)
+    "attn_weights": ("attn", "self_attn", "attention.self", "attention"),
     "ln1": ("ln_1", "input_layernorm", "self_attn_layer_norm", "attention.output.LayerNorm"),
     "ln2": (
         "ln_2",

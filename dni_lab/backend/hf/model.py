@@ -23,7 +23,7 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from ..models import Model, to_device
-from . import capture, encoding, hooks, names
+from . import attention, capture, encoding, hooks, names
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
 
@@ -123,6 +123,8 @@ class HFModel(Model):
         self._taps = hooks.taps(module, self._blocks, self._n_blocks)
         emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
         self._vocab = getattr(emb, "num_embeddings", None)
+        self._pairs: dict[str, attention.Pair] = {}  # attention_to's pair hypotheses
+        self._attn: dict[str, tuple[str, str]] = {}  # address -> (attention module, pair name)
         self.stop_early = True  # capture() ends the forward pass once its hooks fired
         self._repeated: set[str] = set()  # modules called more than once per forward pass
         self._memo: dict[str, list[tuple[int, int]]] = {}
@@ -219,6 +221,7 @@ class HFModel(Model):
     def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
         for r in records:  # validates types and lengths, fills the offsets memo
             self.offsets(r)
+        given = list(records)
         if self.skip_long:  # a skipped record runs as padding alone: it holds no symbol
             records = [self.tokenizer.pad_token if self.skips(r) else r for r in records]
         enc, layout = encoding.encode(
@@ -238,6 +241,9 @@ class HFModel(Model):
             # left padding shifts tokens right; positions must count real tokens only,
             # or a left-padded record reads other position embeddings than a right-padded one
             batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
+        if self._pairs and layout.per_token:
+            layout.targets = {n: attention.target_grid(self, p, n, given, layout.index.shape[1])
+                              for n, p in self._pairs.items()}  # fmt: skip
         batch[_LAYOUT] = layout
         return batch
 
@@ -295,7 +301,7 @@ class HFModel(Model):
         See :mod:`.hooks`: per-head outputs, gated MLP neurons, the mid residual stream
         and GPT-2's fused q/k/v are not a module's output and get an address of their own.
         """
-        return super().addresses + list(self._taps)
+        return super().addresses + list(self._taps) + list(self._attn)
 
     def positional_layers(self) -> list[str]:
         """The blocks: position ``i`` is block ``i``, and the default units."""
@@ -317,6 +323,8 @@ class HFModel(Model):
         tap = self._taps.get(name)
         if tap is not None:
             return self.module.get_submodule(tap.module)
+        if name in self._attn:
+            return self.module.get_submodule(self._attn[name][0])
         return super()._module(name)
 
     def forceable(self, address: str) -> bool:
@@ -326,7 +334,7 @@ class HFModel(Model):
         not that module's units.
         """
         tap = self._taps.get(address)
-        return tap is None or tap.start is None
+        return address not in self._attn and (tap is None or tap.start is None)
 
     def with_heads(self, frame: Any) -> Any:
         """A score frame with a ``head`` column: ``unit // head_dim`` on per-head layers.
@@ -342,6 +350,30 @@ class HFModel(Model):
         dim = pl.col("layer").replace_strict(dims, default=None, return_dtype=pl.Int64)
         head = pl.when(pl.col("mid") == self.name).then(pl.col("unit") // dim)
         return frame.with_columns(head.cast(pl.Int64).alias("head"))
+
+    def attention_to(
+        self, pair: attention.Pair, name: str | None = None, blocks: Sequence[int] | None = None
+    ) -> list[str]:
+        """Units that read each head's attention to the token ``pair`` names (:mod:`.attention`).
+
+        Parameters
+        ----------
+        pair : callable
+            ``pair(record) -> [target of token 0, ...]``: per token (symbol) the index of
+            the token it should attend to, or None.
+        name : str, optional
+            Names the addresses (``{block}.attn.to_{name}``); ``pair.__name__`` by default.
+        blocks : sequence of int, optional
+            Block positions; every block by default.
+
+        Returns
+        -------
+        list of str
+            One address per block, one unit per head: the attention weight from each
+            symbol to its target (0 where there is none). Score it with ``diffmeans``
+            against ``dni_lab.backend.hf.attention.has_target(pair)``.
+        """
+        return attention.register(self, pair, name, blocks)
 
     def _head_dim_of(self, address: str) -> int | None:
         per_head = address.endswith(hooks.PER_HEAD) or any(
@@ -361,6 +393,8 @@ class HFModel(Model):
                 stack.callback(self._module(a).register_forward_hook(count).remove)
             widths = super()._probe_widths(sample, device)
         self._repeated = {a for a, n in calls.items() if n > 1}
+        heads = getattr(getattr(self.module, "config", None), "num_attention_heads", None)
+        widths.update({a: heads for a in self._attn if isinstance(heads, int)})
         # virtual addresses are no module's output: hook_z is the out projection's input,
         # heads × head_dim units, which is not hidden_size when head_dim is set apart
         # from it (Qwen3, Gemma); read the projection, or measure where it does not say
@@ -392,8 +426,15 @@ class HFModel(Model):
         pending = set(addresses)
         if not self.stop_early or pending & self._repeated or not pending:
             pending = None  # a hook never stops the pass
+        attn = [a for a in plain if a in self._attn]
+        plain = [a for a in plain if a not in self._attn]
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:
             capture.keep_taps(self.module, {a: self._taps[a] for a in virtual}, store, stack)
+            if attn:  # only eager attention returns its weights
+                stack.enter_context(attention.eager(self.module))
+            for a in attn:
+                keep = capture.keep_attention(store, a, self, self._attn[a][1])
+                stack.callback(self._module(a).register_forward_hook(keep).remove)
             if pending is not None:  # after the keeping hooks: on one module they run in order
                 capture.stop_after(
                     {a: (self._module(a), a in self._taps and self._taps[a].side == "input")
