@@ -248,7 +248,8 @@ def translate_tl(
             f"{address!r} is an attention pattern: one value per (head, query, key), not one "
             "per symbol, so it holds no units to score. Read the heads' outputs "
             f"('blocks.{i}.attn.hook_z', head = unit // head_dim), their queries and keys "
-            f"('blocks.{i}.attn.hook_q' / 'hook_k'), or the attention output."
+            f"('blocks.{i}.attn.hook_q' / 'hook_k'), or score the pattern against a pair "
+            "hypothesis: model.attention_to(pair) gives one unit per head."
         )
     if hook not in _BLOCK_HOOKS:
         raise LayerError(
