@@ -99,3 +99,22 @@ def test_engine_scores_a_topk_set_through_the_sparse_path(monkeypatch, records, 
     dense = F.StandardSAE(12, 64, "lstm", name="dense")
     dl.inspect(model, hyps, ["corr"], records[:50], units=[dense], eps=None)
     assert calls["corr"] == 2  # a dense set stays on the dense path
+
+
+def test_forward_batches_reassemble_a_sparse_block(records, hyps):
+    # a block run as several forward batches of unequal length gives the same latents
+    torch.manual_seed(0)
+    model = dl.Model(CharLM(), encode=encode_chars, name="m")
+    fs = F.TopKSAE(12, 64, "lstm", name="sae", k=4)
+    with torch.no_grad():
+        for p in fs.parameters():
+            p.copy_(torch.randn(p.shape) * 0.5)
+    kw = dict(eps=None, block_size=50, units=[fs])
+    one = dl.inspect(model, hyps, ["corr", "mi"], records[:100], **kw)
+    split = dl.inspect(model, hyps, ["corr", "mi"], records[:100], forward_batch=7, **kw)
+    key = ["layer", "unit", "hid", "measure"]
+    a, b = one.sort(key), split.sort(key)
+    assert a["n_records"].to_list() == b["n_records"].to_list()
+    np.testing.assert_allclose(
+        a["unit_score"].to_numpy(), b["unit_score"].to_numpy(), atol=1e-6, equal_nan=True
+    )

@@ -35,6 +35,7 @@ def inspect(
     max_records: int | None = None,
     cluster: str | int | bool | None = None,
     workers: int | None = None,
+    forward_batch: int | None = None,
 ) -> pl.DataFrame | Run:
     """Score how well hidden units match hypotheses.
 
@@ -89,6 +90,11 @@ def inspect(
         the frame equals the single-process one (see the README's "Ray cluster" section).
     workers : int, optional
         Ray actors to start; default one per GPU (CUDA device) or per CPU of the cluster.
+    forward_batch : int, optional
+        Records per forward pass (default: the whole block). ``block_size`` is the
+        statistical step of early stopping; a big model wants a small forward batch and a
+        large block. Records of similar length share a forward batch; the padding this
+        leaves is in ``dl.provenance(frame)["padding_waste"]``. Scores do not depend on it.
 
     Returns
     -------
@@ -112,6 +118,7 @@ def inspect(
         max_records=max_records,
         cluster=cluster,
         workers=workers,
+        forward_batch=forward_batch,
     )
     insp = Inspection(models, hypotheses, measures, data, units=units, params=params)
     if background:

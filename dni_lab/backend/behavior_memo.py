@@ -57,7 +57,9 @@ def model_state(module: nn.Module) -> tuple[int, ...]:
     """
     out: list[int] = []
     for t in list(module.parameters()) + list(module.buffers()):
-        out += (id(t), t.data_ptr(), t._version)
+        # accelerate's offload hooks swap weights in under inference mode: such tensors
+        # keep no version counter (and cannot change outside inference mode)
+        out += (id(t), t.data_ptr(), -1 if t.is_inference() else t._version)
     for m in module.modules():
         for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks):
             out += (k for k, fn in hooks.items() if getattr(fn, "__module__", "") != _OURS)

@@ -16,7 +16,7 @@ import torch
 
 from .cache import block_key
 from .errors import DNIError, HypothesisError
-from .extract import Extractor, on_device, resolve_device
+from .extract import Extractor, Padding, on_device, resolve_device
 from .frames import empty_frame
 from .hypotheses import BlockCancelled, for_model, hypothesis_block
 from .measures.base import stop_check
@@ -165,6 +165,8 @@ class Inspection:
         self.progress = Progress(total_records=_length(data, self.params.max_records))
         self._cancel = False
         self._read_to_end = False
+        self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
+        self._skipped: dict[str, int] = {}  # records a model skipped (too long), per model
         self._records_hash = RecordsHash()
 
     def metadata(self) -> dict[str, Any]:
@@ -187,6 +189,9 @@ class Inspection:
             "versions": versions(),
             "weights_sha256": {m.name: weights_sha256(m.module) for m in self.models},
             "data_sha256": self._records_hash.hexdigest(),
+            # padded symbol slots / all slots of the forward passes, per model
+            "padding_waste": {m: p.waste for m, p in self._padding.items()},
+            "skipped_records": dict(self._skipped),
             **ending(
                 self._records_hash.count,
                 self.progress.total_records,
@@ -257,7 +262,10 @@ class Inspection:
     def _extractors(self) -> dict[str, Extractor]:
         return {
             mu.model.name: Extractor(
-                mu.model, mu.layer_units, self.params.behavior, self.device, mu.features, True
+                mu.model, mu.layer_units, self.params.behavior, self.device,
+                features=mu.features, sparse=True,
+                forward_batch=self.params.forward_batch,
+                padding=self._padding.setdefault(mu.model.name, Padding()),
             )
             for mu in self._active_models()
         }
@@ -271,6 +279,11 @@ class Inspection:
             key: self._symbol_counts(sp.models, block_records, first)
             for key, sp in self._spaces.items()
         }
+        for sp in self._spaces.values():  # provenance: records a model skipped, per model
+            for m in sp.models:
+                if getattr(m, "skips", None) is not None:
+                    n = sum(1 for r in block_records if m.skips(r))
+                    self._skipped[m.name] = self._skipped.get(m.name, 0) + n
         skip = self._finished_families()
         rkey = block_key(block_records)  # once: the hypothesis cache and the behavior memo
         blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -349,9 +362,10 @@ class Inspection:
                     f"models {models[0].name!r} and {m.name!r} count different symbols for "
                     f"record {first + i} ({counts[i]} vs {other[i]}); give them the same symbols=."
                 )
-        if min(counts) < 1:
-            i = counts.index(min(counts))
-            raise HypothesisError(f"record {first + i} has no symbols; drop empty records.")
+        skips = getattr(models[0], "skips", None)  # a model may skip some records (too long)
+        empty = [i for i, n in enumerate(counts) if n < 1 and not (skips and skips(records[i]))]
+        if empty:
+            raise HypothesisError(f"record {first + empty[0]} has no symbols; drop empty records.")
         return counts
 
     def _prepare(self, sample: list[Any]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,19 @@ def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> t
     return torch.arange(T, device=device)[None, :] < n[:, None]
 
 
+@dataclass
+class Padding:
+    """Symbol slots of the forward passes run so far: real ones and all (padded) ones."""
+
+    real: int = 0
+    slots: int = 0
+
+    @property
+    def waste(self) -> float:
+        """The padded share of all slots (0 when nothing ran)."""
+        return 1 - self.real / self.slots if self.slots else 0.0
+
+
 class Extractor:
     """Extract behaviors of one model, block after block.
 
@@ -102,6 +116,11 @@ class Extractor:
     sparse : bool
         Return all the latents of a sparse set (TopK, JumpReLU) as a
         :class:`~.sparse_block.SparseBlock` (activations only); the caller densifies.
+    forward_batch : int, optional
+        Records per forward pass; a longer block runs as several passes over records
+        of similar length (longest first), its behaviors put back in record order.
+    padding : Padding, optional
+        Counts the symbol slots the forward passes padded.
     """
 
     def __init__(
@@ -112,11 +131,15 @@ class Extractor:
         device: torch.device,
         features: dict[str, tuple[str, Any]] | None = None,
         sparse: bool = False,
+        forward_batch: int | None = None,
+        padding: Padding | None = None,
     ) -> None:
         self.model = model
         self.layer_units = layer_units
         self.behavior = behavior
         self.device = device
+        self.forward_batch = forward_batch
+        self.padding = padding if padding is not None else Padding()
         self._replicas: dict[tuple[int, int], nn.Module] = {}
         self.features = {a: (h, _placed(fs, device)) for a, (h, fs) in (features or {}).items()}
         self._units_key = tuple(
@@ -153,7 +176,7 @@ class Extractor:
             hit = self.model.behavior_memo.get(key)
             if hit is not None:
                 return hit
-        out = self._extract(records, mask, first)
+        out = self._batched(records, mask, first)
         if key is not None:
             self.model.behavior_memo.put(key, out)
         return out
@@ -168,8 +191,33 @@ class Extractor:
         rkey = records_key or block_key(records)
         return (state, self._units_key, self.behavior, str(self.device), rkey)
 
-    def _extract(
+    def _batched(
         self, records: list[Any], mask: torch.Tensor, first: int
+    ) -> dict[str, torch.Tensor]:
+        """The block in forward batches of records of similar length, back in record order."""
+        n = mask.sum(1)
+        B = self.forward_batch
+        if B is None or len(records) <= B:
+            self.padding.real += int(n.sum())
+            self.padding.slots += mask.numel()
+            return self._extract(records, mask, first)
+        order = torch.argsort(n.cpu(), descending=True, stable=True)
+        parts: dict[str, list[tuple[torch.Tensor, int, Any]]] = {}
+        for start in range(0, len(records), B):
+            rows = order[start : start + B]
+            T = int(n[rows].max())
+            sub = mask[rows.to(mask.device), :T]
+            self.padding.real += int(sub.sum())
+            self.padding.slots += sub.numel()
+            # errors name records by their place in the data: the batch is not contiguous
+            part = self._extract([records[i] for i in rows.tolist()], sub, first, rows)
+            for addr, t in part.items():
+                parts.setdefault(addr, []).append((rows, T, t))
+        shape = (len(records), mask.shape[1])
+        return {addr: _reassemble(p, shape) for addr, p in parts.items()}
+
+    def _extract(
+        self, records: list[Any], mask: torch.Tensor, first: int, rows: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
@@ -203,7 +251,9 @@ class Extractor:
                     act = _gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
                     act = _apply(self.behavior, act, records, addr)
-                out[addr] = _check_finite(act.detach().float(), self.model, addr, mask, first)
+                out[addr] = _check_finite(
+                    act.detach().float(), self.model, addr, mask, first, rows
+                )
         return out
 
     def _symbols(self, addr: str, store: dict, records: list[Any], T: int) -> torch.Tensor:
@@ -252,6 +302,23 @@ class Extractor:
             rep.load_state_dict(state)
             self._replicas[key] = rep.to(x_device(mod)).eval()
         return self._replicas[key]
+
+
+def _reassemble(parts: list[tuple[torch.Tensor, int, Any]], shape: tuple[int, int]) -> Any:
+    """One block's behaviors (a tensor or a :class:`SparseBlock`) from its forward batches."""
+    def put(fields: list[torch.Tensor], width: int) -> torch.Tensor:
+        out = fields[0].new_zeros(*shape, width)
+        for (rows, T, _), f in zip(parts, fields, strict=True):
+            out[rows.to(f.device), :T, : f.shape[-1]] = f
+        return out
+
+    ts = [t for _, _, t in parts]
+    if not isinstance(ts[0], SparseBlock):
+        return put(ts, ts[0].shape[-1])
+    k = max(t.values.shape[-1] for t in ts)  # pairs of value 0 pad the narrower batches
+    return SparseBlock(
+        put([t.values for t in ts], k), put([t.indices for t in ts], k), ts[0].width
+    )
 
 
 def _all_units(idx: Any, width: int) -> bool:
@@ -387,7 +454,12 @@ def _apply(fn: Callable, act: torch.Tensor, records: list, addr: str) -> torch.T
 
 
 def _check_finite(
-    act: torch.Tensor, model: Model, addr: str, mask: torch.Tensor, first: int = 0
+    act: torch.Tensor,
+    model: Model,
+    addr: str,
+    mask: torch.Tensor,
+    first: int = 0,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     full = bool(mask.all())
     # One reduction decides the usual case: a sum is finite only if every value is
@@ -397,6 +469,7 @@ def _check_finite(
     bad = ~torch.isfinite(act) & mask[..., None]
     if bool(bad.any()):
         r, t, u = (int(i) for i in torch.nonzero(bad)[0])
+        r = int(rows[r]) if rows is not None else r
         raise BehaviorError(
             f"model {model.name!r}, layer {addr!r}: NaN or inf behavior at unit {u}, symbol {t} "
             f"of record {first + r} of the data; check the model's weights and inputs "

@@ -54,6 +54,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "'local', a count of local workers, 'auto', a Ray address ('ray://host:10001') or None",
     ),
     "workers": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
+    "forward_batch": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
 }
 
 
@@ -89,6 +90,12 @@ class InspectParams:
     workers : int or None
         Ray actors reading blocks; None: one per GPU when the device is CUDA, else one
         per CPU of the cluster.
+    forward_batch : int or None
+        Records per forward pass, apart from ``block_size`` (the records between two
+        early-stopping checks): a large model wants a small forward batch and a large
+        statistical block. A block runs as forward batches of records of similar
+        length (less padding); None: the whole block in one pass. The scores do not
+        depend on it.
 
     Raises
     ------
@@ -111,6 +118,7 @@ class InspectParams:
     min_records: int = 0
     cluster: str | int | bool | None = None
     workers: int | None = None
+    forward_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.cluster is False:  # "no cluster" has one spelling downstream

@@ -160,8 +160,23 @@ def _hash_weights(module: nn.Module) -> str:
     h = hashlib.sha256()
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        if t.device.type == "meta":  # offloaded by accelerate: its value is elsewhere
+            t = _offloaded(module, name)
+            if t is None:
+                continue
         h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _offloaded(module: nn.Module, name: str) -> torch.Tensor | None:
+    """An offloaded weight's value, from accelerate's hook on the module holding it."""
+    owner, _, leaf = name.rpartition(".")
+    sub = module.get_submodule(owner) if owner else module
+    weights = getattr(getattr(sub, "_hf_hook", None), "weights_map", None)
+    try:
+        return torch.as_tensor(weights[leaf]) if weights is not None else None
+    except (KeyError, TypeError):
+        return None
 
 
 class RecordsHash:

@@ -2,8 +2,9 @@
 
 from ..models import ADAPTERS
 from .align import AlignedFamily, pool_spans
+from .attention import has_target
 from .model import HFModel, tokenizer_hash
 
 ADAPTERS["hf"] = HFModel  # Model.from_hf
 
-__all__ = ["AlignedFamily", "HFModel", "pool_spans", "tokenizer_hash"]
+__all__ = ["AlignedFamily", "HFModel", "has_target", "pool_spans", "tokenizer_hash"]

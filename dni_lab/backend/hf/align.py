@@ -137,7 +137,9 @@ class AlignedFamily(HypothesisFamily):
                 f"{self.model.name!r}: {record[:40]!r}; return one value per character or word."
             )
         values = evaluate_family(_Given(self.family, raw), record, n, -1)
-        if level == "word":
+        if level == "word" and getattr(self.model, "record_pool", None):
+            spans = [(0, len(words))]  # one record-level symbol: every word
+        elif level == "word":
             # a token belongs to the word its first character falls in; an empty
             # span stays empty (it covers no character, so no word either)
             starts = np.asarray([s for s, _ in words])

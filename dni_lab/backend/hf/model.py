@@ -12,8 +12,8 @@ how character- and word-level hypotheses reach tokens (:mod:`.align`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
-import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import LayerError, did_you_mean
+from ..errors import DNIError, LayerError, did_you_mean
 from ..models import Model, to_device
-from . import names
+from . import attention, capture, encoding, hooks, names
 from .align import DEFAULT_POOL, POOLS
+from .encoding import RECORD_POOLS
 
-_INDEX = "__dni_symbol_index__"  # extra batch keys, removed before the module sees them
-_COUNT = "__dni_symbol_count__"
+_LAYOUT = "__dni_symbol_layout__"  # an extra batch key, removed before the module sees it
 _MEMO = 65536
 
 
@@ -44,14 +44,35 @@ class HFModel(Model):
         ``padding_side`` is respected.
     name : str, optional
         The model id in score frames.
-    pool : dict, optional
-        How a character- or word-level hypothesis becomes one value per token, per
-        kind: ``{"binary": "any", "continuous": "mean", "categorical": "first"}`` by
+    pool : dict or {"cls", "last", "mean"}, optional
+        A dict: how a character- or word-level hypothesis becomes one value per token,
+        per kind: ``{"binary": "any", "continuous": "mean", "categorical": "first"}`` by
         default; each value one of ``"first"``, ``"last"``, ``"mean"``, ``"any"``.
+        A string: *record-level units*, one symbol per record: the first attended token
+        (``"cls"``: ``[CLS]`` on BERT), the last attended token (``"last"``), or the
+        mean over attended tokens (``"mean"``). Hypotheses then give one value per
+        record (character- and word-level ones are pooled over the whole record).
     max_length : int, optional
-        Longest tokenized record accepted; defaults to the model's positions.
+        Longest tokenized record the model reads in one row; defaults to the model's
+        positions.
+    truncate : bool
+        Read the first ``max_length`` tokens of a longer record (its other tokens are
+        no symbols) instead of raising.
+    skip_long : bool
+        Skip a longer record instead of raising: it has no symbols, no unit reads it,
+        and ``dl.provenance(frame)["skipped_records"]`` counts it per model.
+    stride : int, optional
+        Read a longer record as windows of ``max_length`` tokens, consecutive windows
+        sharing ``stride`` tokens (0: none); each token is read once, from the first
+        window that gives it ``stride`` tokens of left context (:mod:`.encoding`).
     meta : mapping, optional
         Catalog metadata.
+
+    Notes
+    -----
+    The last block's output (``blocks.{n-1}.hook_resid_post``) is the residual stream
+    *before* the final layer norm, as in TransformerLens; Hugging Face's
+    ``output_hidden_states[-1]`` is after it: read ``ln_final.hook_normalized`` for that.
     """
 
     def __init__(
@@ -59,9 +80,12 @@ class HFModel(Model):
         module: nn.Module,
         tokenizer: Any,
         name: str | None = None,
-        pool: Mapping[str, str] | None = None,
+        pool: Mapping[str, str] | str | None = None,
         max_length: int | None = None,
         meta: Mapping[str, Any] | None = None,
+        truncate: bool = False,
+        stride: int | None = None,
+        skip_long: bool = False,
     ) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(
@@ -73,57 +97,119 @@ class HFModel(Model):
                 f"tokenizer {type(tokenizer).__name__} has no pad token, so batches cannot be "
                 "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
             )
+        config = getattr(module, "config", None)
+        encoding.check_encoder_only(module)
         self.tokenizer = tokenizer
-        self.pool = {**DEFAULT_POOL, **dict(pool or {})}
+        self.record_pool = pool if isinstance(pool, str) else None
+        if self.record_pool is not None and self.record_pool not in RECORD_POOLS:
+            raise DNIError(
+                f"unknown pool {pool!r}: a string asks for record-level units, one of "
+                f"{RECORD_POOLS}; a dict pools hypotheses per kind."
+            )
+        self.pool = {**DEFAULT_POOL, **dict(pool if isinstance(pool, Mapping) else {})}
         bad = {k: v for k, v in self.pool.items() if v not in POOLS}
         if bad:
             raise ValueError(f"unknown pooling {bad}; use one of {POOLS} per hypothesis kind.")
-        config = getattr(module, "config", None)
         self.max_length = max_length or getattr(config, "max_position_embeddings", None)
+        self.truncate, self.stride, self.skip_long = bool(truncate), stride, bool(skip_long)
+        self._check_long_options()
         arch = getattr(config, "model_type", type(module).__name__)
-        super().__init__(module, encode=self._encode, name=name, symbols=self._count, meta=meta)
+        super().__init__(module, encode=self._encode, name=name, symbols=self._n_symbols, meta=meta)
         self.meta.setdefault("architecture", arch)
         self._blocks, self._n_blocks = names.find_blocks(module)
         self._tokenizer_hash = tokenizer_hash(tokenizer)
-        self._positions = _positions_from_arange(module)
+        self._positions = encoding.positions_from_arange(module)
         self._heads = names.head_shape(config)
+        self._taps = hooks.taps(module, self._blocks, self._n_blocks)
+        emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+        self._vocab = getattr(emb, "num_embeddings", None)
+        self._pairs: dict[str, attention.Pair] = {}  # attention_to's pair hypotheses
+        self._attn: dict[str, tuple[str, str]] = {}  # address -> (attention module, pair name)
+        self.stop_early = True  # capture() ends the forward pass once its hooks fired
+        self._repeated: set[str] = set()  # modules called more than once per forward pass
         self._memo: dict[str, list[tuple[int, int]]] = {}
-        self._index: torch.Tensor | None = None
-        self._count: torch.Tensor | None = None
+        self._too_long: set[str] = set()  # records skipped under skip_long
+        self._layout: encoding.Layout | None = None
         self._n_tokens: int | None = None
+
+    def _check_long_options(self) -> None:
+        if self.truncate and self.skip_long:
+            raise DNIError("HFModel: truncate=True reads a long record, skip_long=True skips it; "
+                           "pass one of them.")  # fmt: skip
+        if self.stride is None:
+            return
+        n_special = self.tokenizer.num_special_tokens_to_add()
+        window = (self.max_length or 0) - n_special
+        if self.truncate or self.skip_long or self.record_pool is not None:
+            raise DNIError(
+                "HFModel: stride= reads long records as windows; "
+                "it does not combine with truncate=True, skip_long=True or a record-level pool."
+            )
+        if not isinstance(self.stride, int) or isinstance(self.stride, bool) or not (
+            0 <= self.stride < window
+        ):
+            raise DNIError(
+                f"stride must be a whole number of tokens from 0 to {window - 1} (windows of "
+                f"{window} tokens besides {n_special} special ones), got {self.stride!r}."
+            )
 
     # -- symbols --------------------------------------------------------------
     def offsets(self, record: str) -> list[tuple[int, int]]:
-        """Character span ``(start, end)`` of each symbol (token) of ``record``."""
+        """Character span ``(start, end)`` of each symbol (token) of ``record``.
+
+        With record-level units (``pool="cls"|"last"|"mean"``) one span, the record.
+        """
+        if not isinstance(record, str):  # before the memo: a list is not hashable
+            raise DNIError(
+                f"model {self.name!r} reads text records; got {type(record).__name__} "
+                f"({record!r:.40}). Pass strings (token ids are not records: decode them)."
+            )
         spans = self._memo.get(record)
         if spans is None:
-            if not isinstance(record, str):
-                raise TypeError(
-                    f"model {self.name!r} reads text records; got {type(record).__name__}."
-                )
+            if len(self._memo) >= _MEMO:
+                self._memo.clear()
+                self._too_long.clear()
             enc = self.tokenizer(
                 record, return_offsets_mapping=True, return_special_tokens_mask=True
             )
-            n = len(enc["input_ids"])
-            if self.max_length is not None and n > self.max_length:
-                raise ValueError(
-                    f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
-                    f"({self.max_length}): {record[:40]!r}...; shorten the records."
-                )
             special = enc["special_tokens_mask"]
             spans = [tuple(o) for o, s in zip(enc["offset_mapping"], special, strict=True) if not s]
-            if len(self._memo) >= _MEMO:
-                self._memo.clear()
+            n = len(enc["input_ids"])
+            if self.max_length is not None and n > self.max_length and self.stride is None:
+                if self.skip_long:
+                    spans = []
+                    self._too_long.add(record)
+                elif not self.truncate:
+                    raise DNIError(
+                        f"a record tokenizes to {n} tokens, more than model {self.name!r} reads "
+                        f"({self.max_length}): {record[:40]!r}...; pass HFModel(..., "
+                        "truncate=True) to read its first tokens, stride=N to read it as "
+                        "overlapping windows, or skip_long=True to skip it (counted in the "
+                        "frame's provenance)."
+                    )
+                else:
+                    spans = spans[: self.max_length - self.tokenizer.num_special_tokens_to_add()]
+            if self.record_pool is not None and spans:
+                spans = [(0, len(record))]
             self._memo[record] = spans
         return spans
 
-    def _count(self, record: str) -> int:
+    def _n_symbols(self, record: str) -> int:
         return len(self.offsets(record))
+
+    def skips(self, record: str) -> bool:
+        """Whether ``record`` is skipped (``skip_long=True`` and longer than ``max_length``)."""
+        return self.skip_long and not self.offsets(record) and record in self._too_long
 
     @property
     def symbol_space(self) -> str:
         """Models with equal spaces see the same symbols: one hypothesis block serves them."""
-        return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}"
+        pooled = f":{self.record_pool}" if self.record_pool else ""
+        # how a long record is read changes its symbols: truncated, windowed or skipped
+        mode = "truncate" if self.truncate else "skip" if self.skip_long else "stride"
+        if self.truncate or self.skip_long or self.stride is not None:
+            pooled += f":{mode}{self.max_length}"
+        return f"hf:{self._tokenizer_hash}:{sorted(self.pool.items())}{pooled}"
 
     def align(self, families: list) -> list:
         """The hypothesis families as they read this model's tokens."""
@@ -135,31 +221,44 @@ class HFModel(Model):
     def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
         for r in records:  # validates types and lengths, fills the offsets memo
             self.offsets(r)
-        enc = self.tokenizer(
-            list(records), padding=True, return_tensors="pt", return_special_tokens_mask=True
+        given = list(records)
+        if self.skip_long:  # a skipped record runs as padding alone: it holds no symbol
+            records = [self.tokenizer.pad_token if self.skips(r) else r for r in records]
+        enc, layout = encoding.encode(
+            self.tokenizer, list(records), self.max_length, self.truncate, self.stride,
+            self.record_pool,
         )
-        keep = enc["attention_mask"].bool() & ~enc.pop("special_tokens_mask").bool()
-        n = keep.sum(1)
-        T = int(n.max()) if len(n) else 0
-        # positions of the real tokens, in order; a shorter record's tail slots point at
-        # its padding or special tokens, which the symbol mask hides
-        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :T]
+        ids = enc["input_ids"]
+        if self._vocab is not None and ids.numel() and int(ids.max()) >= self._vocab:
+            raise DNIError(
+                f"tokenizer {type(self.tokenizer).__name__} gives token id {int(ids.max())}, "
+                f"but model {self.name!r} embeds {self._vocab} ids (0..{self._vocab - 1}); use "
+                "the tokenizer the model was trained with, or call "
+                "module.resize_token_embeddings(len(tokenizer)) after adding tokens."
+            )
         batch = dict(enc)
         if self._positions and self.tokenizer.padding_side == "left":
             # left padding shifts tokens right; positions must count real tokens only,
             # or a left-padded record reads other position embeddings than a right-padded one
             batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
-        batch[_INDEX] = order
-        batch[_COUNT] = n
+        if self._pairs and layout.per_token:
+            layout.targets = {n: attention.target_grid(self, p, n, given, layout.index.shape[1])
+                              for n, p in self._pairs.items()}  # fmt: skip
+        batch[_LAYOUT] = layout
         return batch
 
     def forward(self, batch: Any) -> Any:
         """Run the module on an encoded batch; remembers where each symbol sits."""
         batch = dict(batch)
-        self._index = batch.pop(_INDEX, None)
-        self._count = batch.pop(_COUNT, None)
-        self._n_tokens = batch["input_ids"].shape[1] if "input_ids" in batch else None
-        return self.module(**to_device(batch, _input_device(self.module)))
+        layout = batch.pop(_LAYOUT, None)
+        ids = batch.get("input_ids")
+        # behaviors come back where the caller put the batch (the extraction device)
+        self._layout = layout.to(ids.device) if layout is not None and ids is not None else layout
+        self._n_tokens = ids.shape[1] if ids is not None else None
+        try:
+            return self.module(**to_device(batch, _input_device(self.module)))
+        except capture.StopForward:  # every captured address fired: the rest was not needed
+            return None
 
     @property
     def movable(self) -> bool:
@@ -167,42 +266,42 @@ class HFModel(Model):
         return _input_device(self.module).type in ("cpu", "meta")
 
     def gather_symbols(self, t: torch.Tensor) -> torch.Tensor:
-        """``(R, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device.
+        """``(rows, T_tokens, D)`` → ``(R, T_symbols, D)`` for the batch last run, on its device.
 
-        A per-token, per-head map ``(R, T_tokens, heads, head_dim)`` (Qwen3's and
-        Gemma3's ``q_norm`` / ``k_norm``) is read head-major as ``heads × head_dim``
-        units, as ``hook_z`` is, and so is ``(R, heads, T_tokens, head_dim)`` (Gemma3
-        normalizes after the transpose); other maps (attention weights) are left as they are.
+        A per-token, per-head map (``(R, T_tokens, heads, head_dim)``: Qwen3's and
+        Gemma3's ``q_norm`` / ``k_norm``, or ``(R, heads, T_tokens, head_dim)``) is read
+        head-major as ``heads × head_dim`` units, as ``hook_z`` is; other maps
+        (attention weights) are left as they are. Windows of a long record and
+        record-level pooling are undone here (:func:`.encoding.gather`).
         """
-        idx = self._index
-        if t.dim() == 4:
-            t = names.token_major(t, self._n_tokens, *self._heads)
-        if idx is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
-            return t  # not one row per token (a pooled or per-head map): left as it is
-        if t.shape[0] == 1 and idx.shape[0] != 1:  # a broadcast output (position embeddings)
-            t = t.expand(idx.shape[0], -1, -1)
-        out = t.gather(1, idx.to(t.device)[..., None].expand(-1, -1, t.shape[-1]))
-        return out.to(idx.device)
+        if self._layout is None:
+            return names.token_major(t, self._n_tokens, *self._heads) if t.dim() == 4 else t
+        return encoding.gather(t, self._layout, self._n_tokens, self._heads)
 
     def symbol_slots(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Where the symbols of the batch last run sit in ``t`` (``(R, T_tokens, ...)``).
 
         Returns ``(index, real)``, both ``(R, T_symbols)`` on ``t``'s device: the token
         position of each symbol slot and whether the slot holds a symbol (a shorter
-        record's tail slots do not). ``None`` when ``t`` is not one row per token.
+        record's tail slots do not). ``None`` when ``t`` is not one row per token, or
+        the batch holds windows of long records or record-level units.
         """
-        idx, n = self._index, self._count
-        if idx is None or n is None or t.dim() != 3 or t.shape[1] != self._n_tokens:
+        lay = self._layout
+        if lay is None or not lay.per_token or t.dim() != 3 or t.shape[1] != self._n_tokens:
             return None
-        idx = idx.to(t.device)
-        real = torch.arange(idx.shape[1], device=t.device)[None, :] < n.to(t.device)[:, None]
+        idx = lay.index.to(t.device)
+        n = lay.count.to(t.device)
+        real = torch.arange(idx.shape[1], device=t.device)[None, :] < n[:, None]
         return idx, real
 
     @property
     def addresses(self) -> list[str]:
-        """Module addresses plus each block's per-head outputs (``{block}.attn.hook_z``)."""
-        heads = [f"{b}.{names.HEADS}" for b in self.positional_layers()]
-        return super().addresses + heads
+        """Module addresses plus each block's virtual ones (``{block}.attn.hook_z``, ...).
+
+        See :mod:`.hooks`: per-head outputs, gated MLP neurons, the mid residual stream
+        and GPT-2's fused q/k/v are not a module's output and get an address of their own.
+        """
+        return super().addresses + list(self._taps) + list(self._attn)
 
     def positional_layers(self) -> list[str]:
         """The blocks: position ``i`` is block ``i``, and the default units."""
@@ -211,7 +310,7 @@ class HFModel(Model):
     def resolve_layer(self, layer: str | int) -> str:
         """An address, a block position, a TransformerLens hook or an nnsight path."""
         if isinstance(layer, str) and layer not in self.addresses:
-            mapped = names.translate(layer, self._blocks, self._n_blocks, self.module)
+            mapped = names.translate(layer, self._blocks, self._n_blocks, self.module, self._taps)
             if mapped is not None and mapped not in self.addresses:
                 raise LayerError(
                     f"{layer!r} maps to {mapped!r}, which model {self.name!r} does not have."
@@ -221,18 +320,88 @@ class HFModel(Model):
         return super().resolve_layer(layer)
 
     def _module(self, name: str) -> nn.Module:
-        if names.reads_input(name):
-            block = name[: -len(names.HEADS) - 1]
-            return self.module.get_submodule(names.role(self.module, block, "out_proj"))
+        tap = self._taps.get(name)
+        if tap is not None:
+            return self.module.get_submodule(tap.module)
+        if name in self._attn:
+            return self.module.get_submodule(self._attn[name][0])
         return super()._module(name)
 
+    def forceable(self, address: str) -> bool:
+        """Whether forcing ``address`` can hook one module's input or output as a whole.
+
+        A slice of a fused projection (GPT-2's ``attn.hook_q``) cannot: its units are
+        not that module's units.
+        """
+        tap = self._taps.get(address)
+        return address not in self._attn and (tap is None or tap.start is None)
+
+    def with_heads(self, frame: Any) -> Any:
+        """A score frame with a ``head`` column: ``unit // head_dim`` on per-head layers.
+
+        Rows of this model on ``attn.hook_q``, ``hook_k``, ``hook_v`` or ``hook_z``
+        (and on the q/k/v projections they map to) get their head; every other row
+        gets null. Keys and values under GQA have fewer heads, the same ``head_dim``.
+        """
+        import polars as pl
+
+        layers = frame.filter(pl.col("mid") == self.name)["layer"].unique().to_list()
+        dims = {a: d for a in layers if (d := self._head_dim_of(a)) is not None}
+        dim = pl.col("layer").replace_strict(dims, default=None, return_dtype=pl.Int64)
+        head = pl.when(pl.col("mid") == self.name).then(pl.col("unit") // dim)
+        return frame.with_columns(head.cast(pl.Int64).alias("head"))
+
+    def attention_to(
+        self, pair: attention.Pair, name: str | None = None, blocks: Sequence[int] | None = None
+    ) -> list[str]:
+        """Units that read each head's attention to the token ``pair`` names (:mod:`.attention`).
+
+        Parameters
+        ----------
+        pair : callable
+            ``pair(record) -> [target of token 0, ...]``: per token (symbol) the index of
+            the token it should attend to, or None.
+        name : str, optional
+            Names the addresses (``{block}.attn.to_{name}``); ``pair.__name__`` by default.
+        blocks : sequence of int, optional
+            Block positions; every block by default.
+
+        Returns
+        -------
+        list of str
+            One address per block, one unit per head: the attention weight from each
+            symbol to its target (0 where there is none). Score it with ``diffmeans``
+            against ``dni_lab.backend.hf.attention.has_target(pair)``.
+        """
+        return attention.register(self, pair, name, blocks)
+
+    def _head_dim_of(self, address: str) -> int | None:
+        per_head = address.endswith(hooks.PER_HEAD) or any(
+            address == hooks.role_or_none(self.module, b, r)
+            for b in self.positional_layers()
+            for r in ("q", "k", "v")
+        )
+        return self._heads[1] if per_head else None
+
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
-        widths = super()._probe_widths(sample, device)
-        # hook_z is the out projection's input: heads × head_dim units, which is not
-        # hidden_size when head_dim is set apart from it (Qwen3, Gemma); read it from
-        # the projection, or measure it where the projection does not say
-        heads = {f"{b}.{names.HEADS}" for b in self.positional_layers()}
-        found = {a: names.input_width(self._module(a)) for a in heads}
+        # a module the forward pass calls twice (a shared layer) must not stop it at its
+        # first call: count calls during the probe pass, which runs every module
+        calls: dict[str, int] = {}
+        with contextlib.ExitStack() as stack:
+            for a in self.layers:
+                count = functools.partial(capture.count_call, calls, a)
+                stack.callback(self._module(a).register_forward_hook(count).remove)
+            widths = super()._probe_widths(sample, device)
+        self._repeated = {a for a, n in calls.items() if n > 1}
+        heads = getattr(getattr(self.module, "config", None), "num_attention_heads", None)
+        widths.update({a: heads for a in self._attn if isinstance(heads, int)})
+        # virtual addresses are no module's output: hook_z is the out projection's input,
+        # heads × head_dim units, which is not hidden_size when head_dim is set apart
+        # from it (Qwen3, Gemma); read the projection, or measure where it does not say
+        found = {
+            a: names.input_width(self._module(a)) if t.side == "input" else None
+            for a, t in self._taps.items()
+        }
         widths.update({a: w for a, w in found.items() if w is not None})
         unknown = sorted(a for a, w in found.items() if w is None)
         if unknown:
@@ -243,14 +412,36 @@ class HFModel(Model):
 
     @contextlib.contextmanager
     def capture(self, addresses: Sequence[str]) -> Iterator[dict[str, Any]]:
-        """Hooks as in :class:`Model`; captured outputs come back in symbol order."""
-        heads = [a for a in addresses if names.reads_input(a)]
-        plain = [a for a in addresses if a not in heads]
-        store = _SymbolStore(self)
+        """Hooks as in :class:`Model`; captured outputs come back in symbol order.
+
+        Virtual addresses (:mod:`.hooks`) are read by a forward pre-hook on their
+        module's input, or as a slice of its output. Once every address has fired,
+        the forward pass stops (:meth:`forward` returns None): units in block ``k``
+        run blocks ``<= k`` only, never the LM head. ``stop_early = False`` on the
+        model turns that off; so does a module the probe pass saw called twice.
+        """
+        virtual = [a for a in addresses if a in self._taps]
+        plain = [a for a in addresses if a not in self._taps]
+        store = capture.SymbolStore(self)
+        pending = set(addresses)
+        if not self.stop_early or pending & self._repeated or not pending:
+            pending = None  # a hook never stops the pass
+        attn = [a for a in plain if a in self._attn]
+        plain = [a for a in plain if a not in self._attn]
         with super().capture(plain) as raw, contextlib.ExitStack() as stack:
-            for addr in heads:
-                hook = self._module(addr).register_forward_pre_hook(_keep_input(store, addr))
-                stack.callback(hook.remove)
+            capture.keep_taps(self.module, {a: self._taps[a] for a in virtual}, store, stack)
+            if attn:  # only eager attention returns its weights
+                stack.enter_context(attention.eager(self.module))
+            for a in attn:
+                keep = capture.keep_attention(store, a, self, self._attn[a][1])
+                stack.callback(self._module(a).register_forward_hook(keep).remove)
+            if pending is not None:  # after the keeping hooks: on one module they run in order
+                capture.stop_after(
+                    {a: (self._module(a), a in self._taps and self._taps[a].side == "input")
+                     for a in addresses},
+                    pending,
+                    stack,
+                )  # fmt: skip
             store.raw = raw
             yield store
 
@@ -260,52 +451,6 @@ def tokenizer_hash(tokenizer: Any) -> str:
     # the Rust side serializes its vocabulary in hash order: sort before hashing
     spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
-
-
-class _SymbolStore(dict):
-    """Reads hooked outputs back as ``(R, T_symbols, D)``, gathered through the mask."""
-
-    def __init__(self, model: HFModel) -> None:
-        super().__init__()
-        self.model = model
-        self.raw: dict[str, Any] = {}
-
-    def _gathered(self, addr: str) -> Any:
-        t = dict.get(self, addr, self.raw.get(addr))
-        return self.model.gather_symbols(t) if isinstance(t, torch.Tensor) else t
-
-    def get(self, addr: str, default: Any = None) -> Any:
-        return self._gathered(addr) if addr in self else default
-
-    def __getitem__(self, addr: str) -> Any:
-        if addr not in self:
-            raise KeyError(addr)
-        return self._gathered(addr)
-
-    def __contains__(self, addr: object) -> bool:
-        return dict.__contains__(self, addr) or addr in self.raw
-
-
-def _keep_input(store: dict, addr: str):
-    def hook(_mod, args):
-        dict.__setitem__(store, addr, args[0])
-
-    return hook
-
-
-def _positions_from_arange(module: nn.Module) -> bool:
-    """Whether the model numbers positions 0..T-1 whatever the mask (GPT-2, BERT, ...).
-
-    Those need ``position_ids`` under left padding. RoBERTa-style embeddings (a
-    position table with a ``padding_idx``) derive positions from the padding
-    themselves, offset by it; passing ours would shift them.
-    """
-    if "position_ids" not in inspect.signature(module.forward).parameters:
-        return False
-    return not any(
-        isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
-        for name, m in module.named_modules()
-    )
 
 
 def _input_device(module: nn.Module) -> torch.device:

@@ -20,47 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import LayerError
+from .hooks import HEADS, embeddings, reads_input, role, translate_tl
 
-#: Role -> candidate paths inside one block, the first that exists wins.
-ROLES: dict[str, tuple[str, ...]] = {
-    # the attention's contribution to the residual stream, before any residual add
-    "attn_out": ("attention.output.dense", "attn", "self_attn", "attention"),
-    # the module whose *input* is the heads' concatenated outputs (hook_z)
-    "out_proj": (
-        "attention.output.dense",
-        "attn.c_proj",
-        "self_attn.o_proj",
-        "self_attn.out_proj",
-        "attention.dense",
-        "attn.out_proj",
-    ),
-    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h"),
-    "mlp_post": ("intermediate.intermediate_act_fn", "mlp.act", "mlp.act_fn", "activation_fn"),
-}
-
-#: Per-head outputs: a virtual address under the block, ``{block}.attn.hook_z``.
-HEADS = "attn.hook_z"
-
-
-def reads_input(address: str) -> bool:
-    """Whether ``address`` names units of a module's *input*, not of its output.
-
-    Per-head outputs (``{block}.attn.hook_z``) are the input of the out projection
-    that the address resolves to; reading, forcing and ablating them all hook that
-    input (a forward pre-hook), since its output is already the hidden-size sum.
-    """
-    return address.endswith(HEADS)
-
-
-_TL_BLOCK = {
-    "hook_resid_post": "",
-    "hook_attn_out": "attn_out",
-    "hook_mlp_out": "mlp_out",
-    "mlp.hook_post": "mlp_post",
-    "attn.hook_z": "heads",
-    "hook_resid_pre": "",
-}
-_TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>hook_\w+|mlp\.hook_\w+|attn\.hook_\w+)$")
+__all__ = ["HEADS", "embeddings", "reads_input", "role"]  # re-exported from .hooks
 
 
 def find_blocks(module: nn.Module) -> tuple[str, int]:
@@ -81,20 +43,6 @@ def find_blocks(module: nn.Module) -> tuple[str, int]:
     return min(lists, key=lambda x: x[0].count("."))
 
 
-def role(module: nn.Module, block: str, name: str) -> str:
-    """Address of role ``name`` inside ``block`` (e.g. ``transformer.h.0``)."""
-    for cand in ROLES[name]:
-        try:
-            module.get_submodule(f"{block}.{cand}")
-        except AttributeError:
-            continue
-        return f"{block}.{cand}"
-    raise LayerError(
-        f"block {block!r} of {type(module).__name__} has no {name} module among "
-        f"{ROLES[name]}; address the module by its path instead."
-    )
-
-
 def input_width(module: nn.Module) -> int | None:
     """Features a projection reads: the width of its input (hook_z reads that input).
 
@@ -105,6 +53,10 @@ def input_width(module: nn.Module) -> int | None:
     width = getattr(module, "in_features", None)
     if width is None and type(module).__name__ == "Conv1D":
         width = getattr(module, "nx", None)
+    weight = getattr(module, "weight", None)
+    if width is None and "Norm" in type(module).__name__ and getattr(weight, "dim", None):
+        # a layer norm (hook_resid_mid reads its input): as wide as its weight
+        width = int(weight.shape[-1]) if weight.dim() == 1 else None
     return int(width) if isinstance(width, int) else None
 
 
@@ -155,45 +107,16 @@ def token_major(
     return (t if d == 1 else t.transpose(1, 2)).flatten(2)
 
 
-def embeddings(module: nn.Module, blocks: str) -> str:
-    """Address of the module whose output enters block 0 (the embedding sum)."""
-    parts = blocks.split(".")
-    for depth in range(len(parts) - 1, -1, -1):
-        stem = ".".join(parts[:depth])
-        for leaf in ("drop", "embeddings", "embed_tokens", "embed_in", "emb"):
-            path = f"{stem}.{leaf}" if stem else leaf
-            try:
-                module.get_submodule(path)
-            except AttributeError:
-                continue
-            return path
-    raise LayerError(
-        f"cannot find the embedding module of {type(module).__name__} for "
-        "'blocks.0.hook_resid_pre'; address it by its module path."
-    )
+def translate(
+    address: str, blocks: str, n_blocks: int, module: nn.Module, virtual: dict | None = None
+) -> str | None:
+    """Our address for a TransformerLens or nnsight name; None if it is neither.
 
-
-def translate(address: str, blocks: str, n_blocks: int, module: nn.Module) -> str | None:
-    """Our address for a TransformerLens or nnsight name; None if it is neither."""
-    m = _TL.match(address)
-    if m:
-        i, hook = int(m.group("i")), m.group("hook")
-        if hook not in _TL_BLOCK:
-            raise LayerError(
-                f"TransformerLens hook {address!r} is not supported; supported per block: "
-                f"{', '.join(sorted(_TL_BLOCK))}, plus 'blocks.N.hook_resid_pre'."
-            )
-        if i >= n_blocks:
-            raise LayerError(f"{address!r}: the model has {n_blocks} blocks (0..{n_blocks - 1}).")
-        if hook == "hook_resid_pre":
-            return f"{blocks}.{i - 1}" if i else embeddings(module, blocks)
-        block = f"{blocks}.{i}"
-        what = _TL_BLOCK[hook]
-        if not what:
-            return block
-        if what == "heads":
-            return f"{block}.{HEADS}"
-        return role(module, block, what)
+    ``virtual`` holds the model's virtual addresses (:func:`.hooks.taps`).
+    """
+    mapped = translate_tl(address, blocks, n_blocks, module, virtual or {})
+    if mapped is not None:
+        return mapped
     if address.startswith("model.") or "[" in address or address.endswith(".output"):
         # nnsight: model.transformer.h[0].mlp.output -> transformer.h.0.mlp
         path = re.sub(r"\[(\d+)\]", r".\1", address)

@@ -53,6 +53,13 @@ def force_units(
     base, k, cell = Model.split_address(addr)
     if cell:
         raise LayerError(f"cannot force cell states ({addr!r}); force the hidden state instead.")
+    forceable = getattr(model, "forceable", None)
+    if forceable is not None and not forceable(addr):
+        raise LayerError(
+            f"units of {addr!r} are read from a module's output (a slice of a fused "
+            "projection, or attention to a target), not the output itself, and cannot be "
+            "forced alone; force the heads' outputs (attn.hook_z) or the block instead."
+        )
     mod = model._module(base if k is not None else addr)
     idx = torch.as_tensor(list(units), dtype=torch.long)
     slots = getattr(model, "symbol_slots", None)

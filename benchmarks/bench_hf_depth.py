@@ -1,0 +1,142 @@
+"""Extraction that computes only what the question needs (issue 27, target 5).
+
+Usage::
+
+    python benchmarks/bench_hf_depth.py            # GPT-2 12 x 768, 64 records x ~128 tokens
+    python benchmarks/bench_hf_depth.py --quick    # 8 records: a smoke run
+    python benchmarks/bench_hf_depth.py --out benchmarks/results/hf_depth.json
+
+A GPT-2 of GPT-2 small's shape (12 blocks, 768 wide, 50,257-token vocabulary) built
+from a config (random weights: time does not depend on training), a byte-level BPE
+trained here, records of about 128 tokens. Timed, interleaved, median of
+``--repeats``:
+
+* **bare**: tokenizer + the full forward pass (``GPT2LMHeadModel``, LM head included),
+  what a user's own loop costs;
+* **extract_block3**: :class:`~dni_lab.backend.extract.Extractor` over every unit of
+  ``blocks.3.hook_resid_post``: the forward pass stops after block 3;
+* **extract_block3_full**: the same with ``stop_early = False`` (runs all 12 blocks
+  and the head), the cost before this change;
+* **inspect_block3**: ``dl.inspect`` end to end (``corr``, one hypothesis, read to the end).
+
+Printed: seconds and the ratio bare / each (the issue's target for block 3 of 12 is
+≥ 2.5x), the largest difference between stopped and full extraction (must be 0).
+Peers (TransformerLens ``stop_at_layer``, nnsight ``.stop()``) are not measured here.
+Timings on a shared machine are not evidence: re-run it on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")  # every run pays its forward pass
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
+from dni_lab.backend.extract import Extractor, symbol_mask  # noqa: E402
+from dni_lab.backend.hf import HFModel  # noqa: E402
+from dni_lab.backend.resolve import resolve_units  # noqa: E402
+from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
+
+WORDS = "select from where insert into values table column index join group order by".split()
+
+
+def records(n: int, tokens: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, tokens // 2)) for _ in range(n)]  # ~2 tokens a word
+
+
+@dl.hypothesis(kind="binary")
+def keyword(record: str) -> list[float]:
+    out = np.zeros(len(record))
+    i = record.find("select")
+    while i >= 0:
+        out[i : i + 6] = 1
+        i = record.find("select", i + 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Time the four passes; returns (and with ``--out`` writes) the numbers."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 records: a smoke run")
+    ap.add_argument("--records", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", "--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    n = 8 if args.quick else args.records
+    data = records(n, args.tokens)
+    tok = bpe(records(200, 64, seed=1), vocab_size=300)  # one token per word
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                     bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    module = GPT2LMHeadModel(cfg).eval()
+    cpu = torch.device("cpu")
+    model = HFModel(module, tok, name="gpt2")
+    units = resolve_units(model, [[("blocks.3.hook_resid_post", "*")]], data[:2], cpu)
+    stopped = Extractor(model, units.layer_units, "activation", cpu)
+    mask = symbol_mask(model, data, cpu)
+    n_tokens = int(tok(data, padding=True, return_tensors="pt")["input_ids"].numel())
+
+    def bare() -> None:
+        with torch.inference_mode():
+            module(**tok(data, padding=True, return_tensors="pt"))
+
+    def extract(stop: bool):
+        model.stop_early = stop
+        return stopped(data, mask)
+
+    def inspect() -> None:
+        model.stop_early = True
+        dl.inspect(model, [keyword], data=data, units=[("blocks.3.hook_resid_post", "*")],
+                   eps=None, block_size=n, cache=False)  # fmt: skip
+
+    runs = {
+        "bare": bare,
+        "extract_block3": lambda: extract(True),
+        "extract_block3_full": lambda: extract(False),
+        "inspect_block3": inspect,
+    }
+    for fn in runs.values():  # warm-up: allocator, kernels, the tokenizer's memo
+        fn()
+    addr = next(iter(units.layer_units))
+    diff = float((extract(True)[addr] - extract(False)[addr])
+                 .abs().max())  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for name, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = {f"seconds_{k}": v for k, v in med.items()}
+    out.update({f"speedup_{k}": med["bare"] / v for k, v in med.items() if k != "bare"})
+    out.update(max_abs_diff_stopped_vs_full=diff, tokens=n_tokens, records=n,
+               blocks=12, width=768, vocab=50257, repeats=args.repeats,
+               threads=torch.get_num_threads(), quick=args.quick, target_speedup=2.5)  # fmt: skip
+    print(f"GPT-2 12 x 768 (vocab 50,257), {n} records, {n_tokens} tokens padded, "
+          f"{torch.get_num_threads()} threads; units: blocks.3.hook_resid_post (768)")  # fmt: skip
+    for k, v in med.items():
+        ratio = "" if k == "bare" else f"   {med['bare'] / v:5.2f}x a bare forward"
+        print(f"  {k:22s} {v:8.3f} s{ratio}")
+    print(f"  stopped vs full extraction: max |diff| = {diff:.1e}")
+    write_results(args.out, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()

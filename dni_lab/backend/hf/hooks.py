@@ -1,0 +1,324 @@
+"""TransformerLens hook names on Hugging Face models: where each one is read.
+
+Most hooks are a module's output (``blocks.N.hook_attn_out`` is the attention
+module's), and translate to that module's address. Some are not any module's
+output, and get a *virtual* address under their block, read by a :class:`Tap`:
+
+* ``{block}.attn.hook_z``: the heads' concatenated outputs, the input of the
+  attention's out projection;
+* ``{block}.mlp.hook_post`` on gated MLPs (LLaMA, Mistral, Qwen, Gemma):
+  ``act(gate) * up``, the input of ``down_proj`` (``act_fn``'s output is act(gate) only);
+* ``{block}.hook_resid_mid`` on pre-LN blocks: the input of the MLP's layer norm,
+  i.e. the residual stream between attention and MLP;
+* ``{block}.attn.hook_q`` / ``hook_k`` / ``hook_v`` on GPT-2's fused ``c_attn``: a
+  third of its output each.
+
+Attention patterns (``attn.hook_pattern``, ``attn.hook_attn_scores``) are one value
+per (head, query, key), not per symbol, so they are no units: naming one raises a
+:class:`~dni_lab.backend.errors.LayerError` that says what to read instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..errors import LayerError
+
+#: Per-head outputs: a virtual address under the block, ``{block}.attn.hook_z``.
+HEADS = "attn.hook_z"
+#: Gated MLP neurons act(gate) * up, the input of down_proj.
+GATED_POST = "mlp.hook_post"
+#: The residual stream between attention and MLP (pre-LN blocks).
+RESID_MID = "hook_resid_mid"
+#: Addresses whose units are a module's input (read with a forward pre-hook).
+INPUT_SUFFIXES = (HEADS, GATED_POST, RESID_MID)
+#: Per-head addresses: unit ``u`` is dimension ``u % head_dim`` of head ``u // head_dim``.
+PER_HEAD = ("attn.hook_q", "attn.hook_k", "attn.hook_v", HEADS)
+
+#: Role -> candidate paths inside one block, the first that exists wins.
+ROLES: dict[str, tuple[str, ...]] = {
+    # the attention's contribution to the residual stream, before any residual add
+    "attn_out": ("attention.output.dense", "attn", "self_attn", "attention"),
+    # the module whose *input* is the heads' concatenated outputs (hook_z)
+    "out_proj": (
+        "attention.output.dense",
+        "attn.c_proj",
+        "self_attn.o_proj",
+        "self_attn.out_proj",
+        "attention.dense",
+        "attn.out_proj",
+        "self_attn.dense",
+    ),
+    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h", "fc2"),
+    "mlp_post": (
+        "intermediate.intermediate_act_fn",
+        "mlp.act",
+        "mlp.act_fn",
+        "mlp.activation_fn",
+        "activation_fn",
+    ),
+    "mlp_pre": (
+        "intermediate.dense",
+        "mlp.c_fc",
+        "mlp.gate_proj",
+        "mlp.fc1",
+        "fc1",
+        "mlp.dense_h_to_4h",
+        "mlp.fc_in",
+    ),
+    "mlp_pre_linear": ("mlp.up_proj",),
+    # the MLP's output projection: its input is the MLP neurons (hook_post)
+    "mlp_down": (
+        "mlp.down_proj",
+        "mlp.c_proj",
+        "output.dense",
+        "mlp.fc2",
+        "fc2",
+        "mlp.dense_4h_to_h",
+        "mlp.fc_out",
+    ),
+    "q": ("attention.self.query", "self_attn.q_proj", "attn.q_proj", "attention.q_proj"),
+    "k": ("attention.self.key", "self_attn.k_proj", "attn.k_proj", "attention.k_proj"),
+    "v": ("attention.self.value", "self_attn.v_proj", "attn.v_proj", "attention.v_proj"),
+    # the attention module whose output's second item is its weights (eager attention)
+    "attn_weights": ("attn", "self_attn", "attention.self", "attention"),
+    "ln1": ("ln_1", "input_layernorm", "self_attn_layer_norm", "attention.output.LayerNorm"),
+    "ln2": (
+        "ln_2",
+        "pre_feedforward_layernorm",
+        "post_attention_layernorm",
+        "final_layer_norm",
+        "output.LayerNorm",
+    ),
+}
+
+_FINAL_LN = ("ln_f", "norm", "final_layer_norm", "final_layernorm")
+_POS_EMBED = ("wpe", "embeddings.position_embeddings", "embed_positions")
+
+_BLOCK_HOOKS = {
+    "hook_resid_pre": None,  # the block's input: handled apart
+    "hook_resid_mid": None,
+    "hook_resid_post": None,
+    "hook_attn_out": "attn_out",
+    "hook_mlp_out": "mlp_out",
+    "attn.hook_q": "q",
+    "attn.hook_k": "k",
+    "attn.hook_v": "v",
+    "attn.hook_z": None,
+    "mlp.hook_pre": "mlp_pre",
+    "mlp.hook_pre_linear": "mlp_pre_linear",
+    "mlp.hook_post": None,
+    "ln1.hook_normalized": "ln1",
+    "ln2.hook_normalized": "ln2",
+}
+_PATTERNS = ("attn.hook_pattern", "attn.hook_attn_scores")
+_TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>(?:\w+\.)?hook_\w+)$")
+
+
+@dataclass(frozen=True)
+class Tap:
+    """How a virtual address is read: a module's input or a slice of its output.
+
+    Parameters
+    ----------
+    module : str
+        The module's address.
+    side : {"input", "output"}
+        Read its first positional input (forward pre-hook) or its output.
+    start, stop : int or None
+        A slice of the last dimension (a third of a fused q/k/v projection).
+    head_size : int or None
+        The slice is taken within each head's ``3 * head_size`` features (GPT-NeoX's
+        fused projection interleaves q, k, v per head) and the heads are concatenated.
+    """
+
+    module: str
+    side: str = "input"
+    start: int | None = None
+    stop: int | None = None
+    head_size: int | None = None
+
+    def read(self, t):
+        """This tap's units of the output ``t`` (``(R, T, features)``)."""
+        if self.head_size is None:
+            return t[..., self.start : self.stop]
+        per_head = t.unflatten(-1, (-1, 3 * self.head_size))
+        return per_head[..., self.start : self.stop].flatten(-2)
+
+
+def reads_input(address: str) -> bool:
+    """Whether ``address`` names units of a module's *input*, not of its output.
+
+    Per-head outputs (``{block}.attn.hook_z``), gated MLP neurons
+    (``{block}.mlp.hook_post``) and the mid residual stream (``{block}.hook_resid_mid``)
+    are the input of a module (out projection, ``down_proj``, the MLP's layer norm);
+    reading, forcing and ablating them all hook that input with a forward pre-hook.
+    """
+    return address.endswith(INPUT_SUFFIXES)
+
+
+def has(module: nn.Module, path: str) -> bool:
+    """Whether ``module`` has a submodule at ``path``."""
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
+
+
+def role(module: nn.Module, block: str, name: str) -> str:
+    """Address of role ``name`` inside ``block`` (e.g. ``transformer.h.0``)."""
+    for cand in ROLES[name]:
+        if has(module, f"{block}.{cand}"):
+            return f"{block}.{cand}"
+    raise LayerError(
+        f"block {block!r} of {type(module).__name__} has no {name} module among "
+        f"{ROLES[name]}; address the module by its path instead."
+    )
+
+
+def gated(module: nn.Module, block: str) -> bool:
+    """Whether ``block``'s MLP is gated (act(gate) * up): LLaMA, Mistral, Qwen, Gemma."""
+    return any(has(module, f"{block}.mlp.{p}") for p in ("gate_proj", "gate_up_proj", "up_proj"))
+
+
+def _parallel(module: nn.Module) -> bool:
+    """Attention and MLP read the same input (GPT-J, GPT-NeoX, Phi): no mid residual."""
+    config = getattr(module, "config", None)
+    kind = getattr(config, "model_type", "")
+    return bool(getattr(config, "use_parallel_residual", False)) or kind in ("gptj", "phi")
+
+
+def taps(module: nn.Module, blocks: str, n_blocks: int) -> dict[str, Tap]:
+    """The virtual addresses of every block that this model has, and how to read them."""
+    out: dict[str, Tap] = {}
+    for i in range(n_blocks):
+        block = f"{blocks}.{i}"
+        try:
+            out[f"{block}.{HEADS}"] = Tap(role(module, block, "out_proj"))
+        except LayerError:
+            pass
+        if gated(module, block) and has(module, f"{block}.mlp.down_proj"):
+            out[f"{block}.{GATED_POST}"] = Tap(f"{block}.mlp.down_proj")
+        post_ln = has(module, f"{block}.attention.output.LayerNorm")
+        if not post_ln and not _parallel(module):
+            try:
+                out[f"{block}.{RESID_MID}"] = Tap(role(module, block, "ln2"))
+            except LayerError:
+                pass
+        fused = f"{block}.attn.c_attn"
+        if has(module, fused) and not has(module, f"{block}.attn.q_attn"):
+            width = module.get_submodule(fused).nf // 3
+            for j, qkv in enumerate("qkv"):
+                out[f"{block}.attn.hook_{qkv}"] = Tap(fused, "output", j * width, (j + 1) * width)
+        neox = f"{block}.attention.query_key_value"
+        if has(module, neox):
+            d = getattr(module.get_submodule(f"{block}.attention"), "head_size", None)
+            for j, qkv in enumerate("qkv" if isinstance(d, int) else ""):
+                out[f"{block}.attn.hook_{qkv}"] = Tap(neox, "output", j * d, (j + 1) * d, d)
+    return out
+
+
+def translate_tl(
+    address: str, blocks: str, n_blocks: int, module: nn.Module, virtual: dict[str, Tap]
+) -> str | None:
+    """Our address for a TransformerLens hook name; None if ``address`` is not one.
+
+    ``virtual`` holds the model's virtual addresses (:func:`taps`).
+    """
+    if address == "hook_embed":
+        emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+        name = next((n for n, m in module.named_modules() if m is emb), None)
+        if not name:
+            raise LayerError(f"{type(module).__name__} has no input embedding for 'hook_embed'.")
+        return name
+    if address == "hook_pos_embed":
+        return _top_level(module, blocks, _POS_EMBED, address, "learned position embedding")
+    if address == "ln_final.hook_normalized":
+        return _top_level(module, blocks, _FINAL_LN, address, "final layer norm")
+    m = _TL.match(address)
+    if not m:
+        return None
+    i, hook = int(m.group("i")), m.group("hook")
+    if hook in _PATTERNS:
+        raise LayerError(
+            f"{address!r} is an attention pattern: one value per (head, query, key), not one "
+            "per symbol, so it holds no units to score. Read the heads' outputs "
+            f"('blocks.{i}.attn.hook_z', head = unit // head_dim), their queries and keys "
+            f"('blocks.{i}.attn.hook_q' / 'hook_k'), or score the pattern against a pair "
+            "hypothesis: model.attention_to(pair) gives one unit per head."
+        )
+    if hook not in _BLOCK_HOOKS:
+        raise LayerError(
+            f"TransformerLens hook {address!r} is not supported; supported per block: "
+            f"{', '.join(sorted(_BLOCK_HOOKS))}; model-wide: hook_embed, hook_pos_embed, "
+            "ln_final.hook_normalized."
+        )
+    if i >= n_blocks:
+        raise LayerError(f"{address!r}: the model has {n_blocks} blocks (0..{n_blocks - 1}).")
+    block = f"{blocks}.{i}"
+    if hook == "hook_resid_pre":
+        return f"{blocks}.{i - 1}" if i else embeddings(module, blocks)
+    if hook == "hook_resid_post":
+        return block
+    if hook == "hook_resid_mid":
+        if f"{block}.{RESID_MID}" in virtual:
+            return f"{block}.{RESID_MID}"
+        if has(module, f"{block}.attention.output.LayerNorm"):  # post-LN (BERT): after ln1
+            return f"{block}.attention.output.LayerNorm"
+        raise LayerError(
+            f"{address!r}: {type(module).__name__} runs attention and MLP in parallel on the "
+            "same input, so there is no residual stream between them; read "
+            f"'blocks.{i}.hook_resid_pre' or 'blocks.{i}.hook_resid_post'."
+        )
+    if hook in ("attn.hook_z", "mlp.hook_post", "attn.hook_q", "attn.hook_k", "attn.hook_v"):
+        if f"{block}.{hook}" in virtual:
+            return f"{block}.{hook}"
+        if hook == "attn.hook_z":
+            return role(module, block, "out_proj")  # raises, naming the candidates
+    return role(module, block, _BLOCK_HOOKS[hook] or "mlp_post")
+
+
+def _first_path(module: nn.Module, blocks: str, leaves: tuple[str, ...]) -> str | None:
+    """The first of ``leaves`` beside the block list, or above it (innermost stem first)."""
+    parts = blocks.split(".")
+    for depth in range(len(parts) - 1, -1, -1):
+        stem = ".".join(parts[:depth])
+        for leaf in leaves:
+            path = f"{stem}.{leaf}" if stem else leaf
+            if has(module, path):
+                return path
+    return None
+
+
+def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what: str) -> str:
+    path = _first_path(module, blocks, leaves)
+    if path is not None:
+        return path
+    extra = " (its positions are rotary, applied inside attention)" if leaves is _POS_EMBED else ""
+    raise LayerError(
+        f"{type(module).__name__} has no {what} for {address!r}{extra}; "
+        "read 'blocks.0.hook_resid_pre' or 'hook_embed' instead."
+    )
+
+
+def embeddings(module: nn.Module, blocks: str) -> str:
+    """Address of the module whose output enters block 0 (the embedding sum)."""
+    path = _first_path(module, blocks, ("drop", "embeddings", "embed_tokens", "embed_in", "emb"))
+    if path is None:
+        raise LayerError(
+            f"cannot find the embedding module of {type(module).__name__} for "
+            "'blocks.0.hook_resid_pre'; address it by its module path."
+        )
+    return path
+
+
+def role_or_none(module: nn.Module, block: str, name: str) -> str | None:
+    """:func:`role`, or None where the block has no such module."""
+    try:
+        return role(module, block, name)
+    except LayerError:
+        return None
