@@ -25,7 +25,9 @@ from ..engine import Inspection
 from ..errors import DNIError
 from ..measures.base import stop_check
 from ..provenance import RecordsHash
-from .connect import WorkerShape, connect, worker_error, worker_shape
+from .connect import connect, import_ray, session, worker_error
+from .pickling import check_picklable
+from .placement import WorkerShape, placed, spread, worker_shape
 from .shards import Block, InOrder, Shard, fork, forkable
 from .worker import Plan, ShardWorker, worker_params
 
@@ -38,13 +40,15 @@ POLL_S = 0.1
 #: Restarts of a dead worker (and retries of its shard) before the run fails.
 RETRIES = 3
 
-#: Actors kept between runs, under (Ray job, worker shape): a new Python with torch
-#: costs seconds per worker, and a notebook runs many queries on one cluster.
-_HOSTS: dict[tuple[str, WorkerShape], list[Any]] = {}
+#: Actors kept between runs, under (Ray session, worker shape): a new Python with torch
+#: costs seconds per worker, and a notebook runs many queries on one cluster. They
+#: reserve no CPU (placement.py), so keeping them costs the user's own tasks nothing.
+_Key = tuple[tuple[int, str], WorkerShape]
+_HOSTS: dict[_Key, list[Any]] = {}
 
 #: Runs reading with each key's actors right now (a notebook may start a query while
 #: the last one is still stopping), and the lock that keeps the two tables consistent.
-_BUSY: Counter[tuple[str, WorkerShape]] = Counter()
+_BUSY: Counter[_Key] = Counter()
 _LOCK = threading.RLock()
 
 
@@ -69,16 +73,24 @@ def _ray() -> Any:
     return ray
 
 
-def _hosts(ray: Any, shape: WorkerShape) -> tuple[tuple[str, WorkerShape], list[Any]]:
+def _hosts(ray: Any, shape: WorkerShape) -> tuple[_Key, list[Any]]:
     """The kept actors of ``shape`` (started if need be), marked busy for one more run."""
-    key = (ray.get_runtime_context().get_job_id(), shape)
+    now = session(ray)
+    key = (now, shape)
     with _LOCK:
+        for old in [k for k in _HOSTS if k[0] != now]:
+            # Actors of a Ray this process left (the user's ray.shutdown()) died with it;
+            # their handles would fail with "Can't find actor ... from a different cluster".
+            del _HOSTS[old]
+            _BUSY.pop(old, None)
         if key not in _HOSTS:
             forget_workers(ray, idle_only=True)
-            actor = ray.remote(ShardWorker).options(
-                **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
-            )
-            _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
+            actor = ray.remote(ShardWorker)
+            opts = {**shape.options(), "max_restarts": RETRIES, "max_task_retries": RETRIES}
+            gpu = shape.num_gpus > 0
+            nodes = spread(ray.nodes(), shape.count, "GPU" if gpu else "CPU")
+            _HOSTS[key] = [actor.options(**placed(opts, node)).remote(shape.threads)
+                           for node in nodes]  # fmt: skip
         _BUSY[key] += 1
         return key, _HOSTS[key]
 
@@ -100,7 +112,7 @@ def run_sharded(
     polars.DataFrame
         The score frame, as :meth:`Inspection.run` returns it.
     """
-    ray = connect(insp.params.cluster)
+    import_ray()  # before any work: a missing Ray is the first thing to say
     insp.device = torch.device("cpu")  # the driver only merges; workers pick their device
     start = time.perf_counter()
     # Shards are read ahead of the merge: the data's hash must cover merged records only.
@@ -111,6 +123,8 @@ def run_sharded(
     plan = Plan(
         insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
     )
+    check_picklable(_parts(plan), "the inspection")  # before Ray's start-up, not after
+    ray = connect(insp.params.cluster)
     pool = _Pool(ray, plan, insp)
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
@@ -123,6 +137,19 @@ def run_sharded(
     return insp._finish(start)
 
 
+def _parts(plan: Plan) -> list[tuple[str, Any]]:
+    """The plan's parts as an error names them."""
+    named = [(f"model {m.name!r}", m) for m in plan.models]
+    named += [(f"hypothesis {_name(h)!r}", h) for h in plan.hypotheses]
+    named += [(f"measure {_name(m)!r}", m) for m in plan.measures]
+    return [*named, ("units=", plan.units), ("the run's options", plan.params),
+            ("the first block of records", plan.sample)]  # fmt: skip
+
+
+def _name(obj: Any) -> str:
+    return str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
+
+
 class _Pool:
     """The run's actors and the shards in flight on them."""
 
@@ -133,12 +160,13 @@ class _Pool:
         )
         try:
             self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
-        except Exception as exc:  # cloudpickle raises TypeError, PicklingError, ...
+        except Exception as exc:  # what the check above passed but Ray refused
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise DNIError(
-                f"cannot send the inspection to Ray workers: {exc}. Models, encode functions, "
-                "hypotheses and measures must pickle (no open files, locks or sockets in "
-                "them); define them at module level or in the notebook."
-            ) from exc
+                f"cannot send the inspection to Ray workers: {first}. Models, encode "
+                "functions, hypotheses and measures must pickle (no open files, locks or "
+                "sockets in them)."
+            ) from None
         self.key, self.actors = _hosts(ray, shape)
         self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
         self.load = [0] * len(self.actors)  # shards in flight per actor

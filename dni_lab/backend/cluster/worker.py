@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..cache import HypothesisCache
 from ..engine import Inspection
@@ -29,7 +30,7 @@ from ..params import InspectParams
 from .shards import Deferred, merges_exactly, moved
 
 
-@dataclass
+@dataclass(repr=False)
 class Plan:
     """Everything a worker needs for one run; fetched once per actor and run (and restart)."""
 
@@ -39,6 +40,10 @@ class Plan:
     units: Any
     params: InspectParams  # worker_params(): no cluster, a cache a worker can open
     sample: list[Any]  # the first block: resolves units exactly as the driver did
+
+    def __repr__(self) -> str:  # an error that shows a plan must not print its records
+        return (f"Plan({[m.name for m in self.models]}, {len(self.hypotheses)} hypotheses, "
+                f"{len(self.measures)} measures, {len(self.sample)} sample records)")  # fmt: skip
 
 
 def worker_params(params: InspectParams) -> InspectParams:
@@ -78,7 +83,11 @@ class _Loaded:
 class ShardWorker:
     """Reads shards of any run. Made a Ray actor by the driver (``ray.remote``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 0) -> None:
+        # The actor reserves no CPU (placement.py): its share of the node's cores is set
+        # here, so that workers on one node do not oversubscribe it.
+        if threads > 0:
+            torch.set_num_threads(threads)
         self._plan: tuple[str, _Loaded] | None = None
         self._templates: tuple[str, list[Any]] | None = None
 
