@@ -126,19 +126,37 @@ def test_cluster_options_are_validated_with_a_fix():
 
 
 def test_worker_shape_one_per_gpu_or_cpu_and_shares_of_cores():
-    from dni_lab.backend.cluster.connect import worker_shape
+    from dni_lab.backend.cluster.placement import worker_shape
     from dni_lab.backend.errors import DNIError
 
     cpu16 = {"CPU": 16.0}
     assert worker_shape(cpu16, "auto", None, "auto").count == 16
     four = worker_shape(cpu16, "auto", 4, "cpu")
     assert (four.count, four.num_cpus, four.num_gpus) == (4, 4.0, 0.0)
+    # kept actors reserve no CPU (they would hold it between runs); each computes with its
+    # share of threads; tasks, which end, reserve their share
+    assert four.options()["num_cpus"] == 0 and four.threads == 4
+    assert four.task_options()["num_cpus"] == 4.0
     assert worker_shape({"CPU": 2.0}, 4, None, "cpu").num_cpus == 0.5  # 4 workers, 2 cores
     gpu = worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "auto")
     assert (gpu.count, gpu.num_gpus) == (2, 1.0)
     assert worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "cpu").num_gpus == 0.0
     with pytest.raises(DNIError, match="has no GPU; pass device='cpu'"):
         worker_shape(cpu16, "auto", None, "cuda")
+
+
+def test_workers_are_spread_over_nodes_by_their_cpus():
+    from dni_lab.backend.cluster.placement import spread
+
+    def node(nid, cpus, alive=True):
+        return {"NodeID": nid, "Alive": alive, "Resources": {"CPU": cpus}}
+
+    assert spread([node("a", 8)], 3) == [None] * 3  # one node: Ray's default placement
+    assert spread([node("a", 2), node("b", 2)], 4) == ["a", "a", "b", "b"]
+    assert spread([node("a", 6), node("b", 2), node("c", 4, alive=False)], 4) == ["a"] * 3 + ["b"]
+    assert sorted(spread([node("a", 1), node("b", 1), node("c", 1)], 2)) in (
+        ["a", "b"], ["a", "c"], ["b", "c"])  # fmt: skip
+    assert spread([node("head", 0), node("w", 4)], 2) == [None, None]  # a CPU-less head
 
 
 def test_missing_ray_says_how_to_install_it(monkeypatch):

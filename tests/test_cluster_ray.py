@@ -100,6 +100,25 @@ def test_early_stopping_decides_on_merged_states_as_one_process(probe):
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
 
 
+def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
+    run = dl.inspect(_model(), [paren], ["corr"], random_records(40), eps=None, block_size=20,
+                     cache=False, cluster=WORKERS, background=True)  # fmt: skip
+    run.result(timeout=120)
+    alive = ray.get([a.pid.remote() for a in run.inspection.cluster_workers], timeout=60)
+    assert len(alive) == WORKERS  # the workers are kept for the next run ...
+    total = ray.cluster_resources()["CPU"]
+    deadline = time.monotonic() + 60  # a finished task's CPUs come back asynchronously
+    while ray.available_resources().get("CPU") != total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.available_resources().get("CPU") == total  # ... yet hold none of the CPUs
+
+    @ray.remote(num_cpus=total)
+    def users_task():  # needs every CPU: it could not start while a worker held one
+        return "ran"
+
+    assert ray.get(users_task.remote(), timeout=120) == "ran"
+
+
 def test_generator_data_is_dealt_in_order(tmp_path):
     recs = random_records(130, seed=5)
     cache = dl.HypothesisCache(tmp_path / "hyps")  # workers open the same directory
