@@ -148,7 +148,7 @@ def _reachable(address: str, cluster: Any) -> None:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
+    line = (text[0] if text else type(exc).__name__).rstrip(".")
     return line if len(line) <= 300 else line[:297] + "..."
 
 

@@ -61,7 +61,7 @@ def check_picklable(parts: Iterable[tuple[str, Any]], what: str) -> None:
             pickled_size(obj)
         except Exception as exc:  # cloudpickle raises TypeError, PicklingError, ...
             path, culprit, cause = _culprit(obj, "", exc, DEPTH, set())
-            where = f"{path.lstrip('.')} is " if path else "it is "
+            where = f"{path.lstrip('. ')} is " if path else "it is "
             raise DNIError(
                 f"cannot send {what} to Ray workers: {label} does not pickle: {where}"
                 f"{_describe(culprit)} ({_first_line(cause)}). Workers receive models, "
@@ -80,7 +80,8 @@ def _culprit(obj: Any, path: str, exc: BaseException, depth: int,
             try:
                 pickled_size(child)
             except Exception as inner:
-                return _culprit(child, path + name, inner, depth - 1, seen)
+                step = f"'s{name}" if name.startswith(" ") and path else name
+                return _culprit(child, path + step, inner, depth - 1, seen)
             except RecursionError:  # pragma: no cover - a cycle pickle cannot follow
                 continue
     return path, obj, exc
