@@ -262,7 +262,7 @@ class _Pool:
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
         for s, new in zip(insp.states, states, strict=True):
-            if new is None:  # a model with nothing left to score was skipped
+            if new is None or s.stopped_at is not None:  # a model skipped, a state stopped
                 continue
             if isinstance(new, Block):  # a measure that does not merge exactly
                 with stop_check(lambda: insp._cancel):
