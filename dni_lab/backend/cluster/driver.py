@@ -85,14 +85,20 @@ def _hosts(ray: Any, shape: WorkerShape) -> tuple[_Key, list[Any]]:
             _BUSY.pop(old, None)
         if key not in _HOSTS:
             forget_workers(ray, idle_only=True)
-            actor = ray.remote(ShardWorker)
-            opts = {**shape.options(), "max_restarts": RETRIES, "max_task_retries": RETRIES}
-            gpu = shape.num_gpus > 0
-            nodes = spread(ray.nodes(), shape.count, "GPU" if gpu else "CPU")
-            _HOSTS[key] = [actor.options(**placed(opts, node)).remote(shape.threads)
-                           for node in nodes]  # fmt: skip
+            nodes = spread(ray.nodes(), shape.count, "GPU" if shape.num_gpus > 0 else "CPU")
+            _HOSTS[key] = [_actor(ray, shape, node) for node in nodes]
         _BUSY[key] += 1
         return key, _HOSTS[key]
+
+
+def _actor(ray: Any, shape: WorkerShape, node: str | None = None) -> Any:
+    """A new worker actor of ``shape``, on ``node`` (None: where Ray places it).
+
+    Ray restarts a worker whose process died (on the same node) and retries its shard;
+    a worker whose node died cannot restart there, and :class:`_Pool` replaces it.
+    """
+    opts = {**shape.options(), "max_restarts": RETRIES, "max_task_retries": RETRIES}
+    return ray.remote(ShardWorker).options(**placed(opts, node)).remote(shape.threads)
 
 
 def run_sharded(
@@ -167,19 +173,21 @@ class _Pool:
                 "functions, hypotheses and measures must pickle (no open files, locks or "
                 "sockets in them)."
             ) from None
+        self.shape = shape
         self.key, self.actors = _hosts(ray, shape)
-        self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
+        # task -> (shard, actor slot, the actor then): a shard whose worker is gone is dealt again
+        self.inflight: dict[Any, tuple[Shard, int, Any]] = {}
         self.load = [0] * len(self.actors)  # shards in flight per actor
+        self.tries: Counter[int] = Counter()  # failed reads per shard index
         self._templates: list[Any] | None = None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
         converged = [s.converged for s in insp.states]
-        ref = self.actors[a].read.remote(
-            self.plan, shard.records, shard.first, converged, self._templates
-        )
-        self.inflight[ref] = (shard.index, a)
+        actor = self.actors[a]
+        ref = actor.read.remote(self.plan, shard.records, shard.first, converged, self._templates)
+        self.inflight[ref] = (shard, a, actor)
         self.load[a] += 1
 
     def set_templates(self, insp: Inspection) -> None:
@@ -196,22 +204,39 @@ class _Pool:
             if done:
                 out = []
                 for ref in done:
-                    index, a = self.inflight.pop(ref)
+                    shard, a, actor = self.inflight.pop(ref)
                     self.load[a] -= 1
-                    out.append((index, self._get(ref, index)))
+                    states = self._get(ref, shard, a, actor, insp)
+                    if states is not None:
+                        out.append((shard.index, states))
                 return out
         return []
 
-    def _get(self, ref: Any, index: int) -> list[Any]:
+    def _get(self, ref: Any, shard: Shard, a: int, actor: Any,
+             insp: Inspection) -> list[Any] | None:  # fmt: skip
+        """The shard's states; None when its worker is gone and the shard was dealt again."""
+        exc = self.ray.exceptions
         try:
             return self.ray.get(ref)
-        except self.ray.exceptions.RayTaskError as exc:
-            raise worker_error(exc) from None
-        except self.ray.exceptions.RayActorError as exc:
-            raise DNIError(
-                f"a Ray worker died {RETRIES + 1} times reading shard {index}: "
-                f"{exc}. Check the workers' memory (a model per worker) or pass fewer workers=."
-            ) from exc
+        except exc.RayTaskError as err:
+            raise worker_error(err) from None
+        except (exc.RayActorError, exc.ActorUnschedulableError) as err:
+            # Ray's restarts are used up, or the worker's node is gone: a shard depends
+            # only on its records, so another worker reads it to the same states.
+            self.tries[shard.index] += 1
+            if self.tries[shard.index] > RETRIES:
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+                raise DNIError(
+                    f"Ray workers died {RETRIES + 1} times reading shard {shard.index}: "
+                    f"{first}. Check the workers' memory (a model per worker) or pass "
+                    "fewer workers=."
+                ) from None
+            if self.actors[a] is actor:  # the first of its shards to fail: replace it
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor, no_restart=True)
+                self.actors[a] = _actor(self.ray, self.shape)  # where Ray finds room
+            self.submit(shard, insp)
+            return None
 
     def run(self, insp: Inspection, block0: list[Any], blocks: Any,
             on_block: Callable[[Inspection], None] | None, start: float,

@@ -5,7 +5,8 @@ actors outlive a run (starting one costs seconds), and an actor's reservation is
 for its whole life, so reserving a run's CPUs would keep them from the user's own Ray
 tasks between runs (Ray's default actors hold none either). A worker instead sets its
 own thread count to its share of its node's CPUs, and the driver places workers on
-nodes in proportion to the nodes' CPUs, which is what a reservation bought. A GPU
+nodes in proportion to the nodes' CPUs (pinned: :func:`placed`), which is what a
+reservation bought. A GPU
 worker reserves its GPU (Ray assigns devices by reservation) and no CPU. The Ray tasks
 of :mod:`.tasks` (index build, permutation test) reserve their CPUs: a task gives them
 back when it ends.
@@ -114,9 +115,14 @@ def spread(nodes: list[dict[str, Any]], count: int, resource: str = "CPU") -> li
 
 
 def placed(options: dict[str, Any], node_id: str | None) -> dict[str, Any]:
-    """``options`` pinned (softly: elsewhere once that node is gone) to ``node_id``."""
+    """``options`` pinned to ``node_id`` (None: left to Ray).
+
+    Pinned hard: Ray ignores a *soft* affinity for an actor that reserves nothing (it
+    lands on any node). A worker whose node dies therefore cannot restart elsewhere;
+    the driver replaces it with an unpinned one and deals its shards again.
+    """
     if node_id is None:
         return options
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=True)}
+    return {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}

@@ -95,6 +95,12 @@ class ShardWorker:
         """The worker's process id (tests kill it to check retries)."""
         return os.getpid()
 
+    def node(self) -> str:
+        """The id of the Ray node the worker lives on (tests remove that node)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def read(
         self,
         plan: list[Any],
