@@ -28,7 +28,7 @@ from ..provenance import RecordsHash
 from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
-from .shards import Block, InOrder, Shard, fork, forkable
+from .shards import Block, InOrder, Shard, fork, forkable, payload_bytes
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -140,6 +140,8 @@ def run_sharded(
     finally:
         pool.close(keep=ok)
         insp._records_hash = merged_hash
+        # what crossed the network to the driver (benchmarks/bench_cluster.py prints it)
+        insp.cluster_stats = {"bytes_received": pool.received, "shards_received": pool.answers}
     return insp._finish(start)
 
 
@@ -179,6 +181,8 @@ class _Pool:
         self.inflight: dict[Any, tuple[Shard, int, Any]] = {}
         self.load = [0] * len(self.actors)  # shards in flight per actor
         self.tries: Counter[int] = Counter()  # failed reads per shard index
+        self.received = 0  # bytes of the states (or behaviors) workers sent back
+        self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
@@ -217,7 +221,10 @@ class _Pool:
         """The shard's states; None when its worker is gone and the shard was dealt again."""
         exc = self.ray.exceptions
         try:
-            return self.ray.get(ref)
+            states = self.ray.get(ref)
+            self.received += payload_bytes(states)
+            self.answers += 1
+            return states
         except exc.RayTaskError as err:
             raise worker_error(err) from None
         except (exc.RayActorError, exc.ActorUnschedulableError) as err:
