@@ -43,6 +43,7 @@ CONNECT_TIMEOUT_S = 2.0
 #: Bumped whenever this module finds Ray not initialised: a new Ray means new actors.
 _GENERATION = itertools.count(1)
 _SESSION: dict[str, int] = {"generation": 0}
+_CONNECT_LOCK = threading.Lock()
 
 
 def import_ray() -> Any:
@@ -74,6 +75,11 @@ def _local_env() -> dict[str, Any]:
 def connect(cluster: str | int | bool) -> Any:
     """Connect to (or start) the Ray that ``cluster`` names; return the ``ray`` module."""
     ray = import_ray()
+    with _CONNECT_LOCK:  # two background runs starting at once start one Ray
+        return _connect(ray, cluster)
+
+
+def _connect(ray: Any, cluster: str | int | bool) -> Any:
     local = cluster == "local" or (isinstance(cluster, int) and not isinstance(cluster, bool))
     if ray.is_initialized():
         if local and not _STARTED and not _is_local(ray):

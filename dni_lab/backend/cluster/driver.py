@@ -189,8 +189,10 @@ class _Pool:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
         converged = [s.converged for s in insp.states]
+        stopped = [s.stopped_at is not None for s in insp.states]
         actor = self.actors[a]
-        ref = actor.read.remote(self.plan, shard.records, shard.first, converged, self._templates)
+        ref = actor.read.remote(self.plan, shard.records, shard.first, converged,
+                                self._templates, stopped)  # fmt: skip
         self.inflight[ref] = (shard, a, actor)
         self.load[a] += 1
 

@@ -108,6 +108,7 @@ class ShardWorker:
         first: int,
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
+        stopped: list[bool] | None = None,
     ) -> list[Any]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
 
@@ -127,26 +128,32 @@ class ShardWorker:
         templates : list of ObjectRef, optional
             ``[ref]`` to per-state forks of block 0's states (None where a measure starts
             fresh); wrapped in a list so Ray hands the reference, fetched once per actor.
+        stopped : list of bool, optional
+            States that stopped reading while others read on (``MeasureState.stop``):
+            not updated, returned as None.
 
         Returns
         -------
         list
-            One state per driver state, None for states of models it skipped.
+            One state per driver state, None for states of models it skipped and for
+            stopped states.
         """
         loaded = self._load(plan[0])
         insp = loaded.insp
         forks = self._forks(templates, insp.device)
         nh = len(insp.info)
-        for s, done, tpl in zip(insp.states, converged, forks, strict=True):
+        halted = stopped or [False] * len(insp.states)
+        for s, done, tpl, stop in zip(insp.states, converged, forks, halted, strict=True):
             s.converged = done.copy()
+            s.stopped_at = first if stop else None  # the engine skips a stopped state
             if tpl is not None:
                 s.accumulator = copy.deepcopy(tpl)
             else:
                 s.accumulator = s.measure.start(len(s.columns), nh, insp.device, insp.info)
         active = {mu.model.name for mu in insp._active_models()}
         insp._read(records, first, loaded.extractors)
-        return [moved(s.accumulator, "cpu") if s.model_name in active else None
-                for s in insp.states]  # fmt: skip
+        return [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
+                else None for s in insp.states]  # fmt: skip
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():
