@@ -82,7 +82,7 @@ def cpus_given_back() -> None:
 
 
 def session() -> None:
-    """Ray started from a run's thread, from %%inspect's, then from the main thread."""
+    """Ray started from a run's thread, from %%inspect's, then from the query builder's."""
     first = step("background=True starts Ray", inspect_bg(), None)
     step("a second call, in the foreground", inspect_fg(), first)
     cpus_given_back()
@@ -98,7 +98,14 @@ def session() -> None:
     step("dl.query(background=True), second call", bg, q)
     step("dl.query in the foreground", dl.query(SQL, namespace=namespace()), q)
     ray.shutdown()
-    step("a foreground call after ray.shutdown() starts Ray", inspect_fg(), first)
+    from dni_lab.widgets.query_builder import QueryBuilder
+
+    qb = QueryBuilder(model(), [paren, position], {"texts": RECORDS}, cluster="local",
+                      workers=WORKERS)  # fmt: skip
+    built = qb.start().result(timeout=240)  # the form's run thread starts Ray
+    assert built.height > 0 and built["unit_score"].is_not_null().any()
+    print("ok QueryBuilder.start() after ray.shutdown() starts Ray", flush=True)
+    step("a foreground call after the query builder's", inspect_fg(), first)
     index = dl.examples.NeuronIndex("lstm", ratio=0.2, n_partitions=4, batch_size=16,
                                     device="cpu")  # fmt: skip
     index.fit(model(), RECORDS, cluster=WORKERS)

@@ -1,8 +1,9 @@
 """No kernel dies because of Ray: a notebook session with Ray, in a process that must live.
 
-Each entry point that may start Ray first (``background=True``, ``%%inspect``,
-``dl.query``, the foreground, ``NeuronIndex.fit``) is called, called again, and called
-after the user's own ``ray.shutdown()``; see ``ray_kernel_scenarios.py``. One process
+Ray is started from a ``background=True`` run's thread, from ``%%inspect``'s and from
+the query builder's, each after the user's own ``ray.shutdown()`` ended the last one,
+and each followed by more calls (the foreground, ``dl.query`` in the background and
+not, ``NeuronIndex.fit``); see ``ray_kernel_scenarios.py``. One process
 for all of them: each Ray start costs seconds (tens on a busy 2-core machine).
 """
 
@@ -31,4 +32,4 @@ def test_a_notebook_session_with_ray_never_kills_the_process():
     assert proc.returncode == 0, said
     assert "Failed to connect to GCS" not in proc.stderr, said
     steps = [line for line in proc.stdout.splitlines() if line.startswith("ok ")]
-    assert len(steps) == 9 and proc.stdout.rstrip().endswith("alive"), said
+    assert len(steps) == 10 and proc.stdout.rstrip().endswith("alive"), said
