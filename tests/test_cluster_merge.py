@@ -3,6 +3,8 @@ what one state that read every block gives (the cluster's correctness rests on t
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -245,3 +247,45 @@ def test_sharded_equals_one_process_on_a_64_unit_lstm(name, lstm_behaviors):
             gap = np.nanmax(np.abs(x - y), initial=0.0)
             assert gap <= 1e-9, f"{name} block {size}: {field} differs by {gap:.2e}"
         assert (a.reason == b.reason).all()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_process_started_for_a_finished_thread_lives_on():
+    """Why Ray starts on a lasting thread: Ray's daemons die with the thread that made them.
+
+    A child that asks for SIGKILL on its parent's death (as Ray's gcs_server and raylet
+    do) is killed when the *thread* that started it ends; started through ``lasting``
+    from a short-lived thread (a background run's), it outlives that thread.
+    """
+    import ctypes
+    import signal
+    import subprocess
+    import threading
+
+    from dni_lab.backend.cluster.connect import lasting
+
+    def fate_shared():
+        libc = ctypes.CDLL(None, use_errno=True)
+        return subprocess.Popen(["sleep", "60"], preexec_fn=lambda: libc.prctl(
+            1, signal.SIGKILL, 0, 0, 0))  # fmt: skip
+
+    def start(out, through_keeper):
+        out.append(lasting(fate_shared) if through_keeper else fate_shared())
+
+    children = {}
+    for through_keeper in (False, True):
+        out: list = []
+        t = threading.Thread(target=start, args=(out, through_keeper))
+        t.start()
+        t.join()
+        children[through_keeper] = out[0]
+    try:
+        # the thread that started it ended: the directly started child is killed ...
+        assert children[False].wait(timeout=30) == -signal.SIGKILL
+        # ... the one started on the keeper thread is not (its thread is still there)
+        assert children[True].poll() is None
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
