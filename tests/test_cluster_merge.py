@@ -273,7 +273,9 @@ def test_a_process_started_for_a_finished_thread_lives_on():
         out.append(lasting(fate_shared) if through_keeper else fate_shared())
 
     children = {}
-    for through_keeper in (False, True):
+    # the keeper's child first: once the direct child (started later) is dead, a kill
+    # sent to the keeper's child when its starting thread ended would have landed too
+    for through_keeper in (True, False):
         out: list = []
         t = threading.Thread(target=start, args=(out, through_keeper))
         t.start()
