@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_cluster.py --quick          # a smoke-test size
     python benchmarks/bench_cluster.py --workers 1,2,4,8,16 --json out.json
     python benchmarks/bench_cluster.py --address auto   # an existing cluster
+    python benchmarks/bench_cluster.py --quick --nodes 1,2,3  # + multi-node clusters
 
 The workload is ``benchmarks.workload`` (the SQL LSTM of 512 units over 29,696
 windows, 190 parse-tree hypotheses; stand-ins where the real parts are missing), read
@@ -19,8 +20,17 @@ caching is off, so each run computes its hypotheses again.
 
 Workers are started on a local Ray with as many CPUs as the largest count asks for
 (``--address`` joins a running cluster instead); CPU workers share the node's cores
-(Ray gives each ``cores // workers`` threads). Timings from a busy machine mean
+(each computes with ``cores // workers`` threads). Timings from a busy machine mean
 little: run it on a quiet one.
+
+Each run also prints the bytes the driver receives per block (the measure states the
+workers send back; behaviors for a measure the driver updates itself, ``logreg``)
+beside the bytes of that block's behaviors, which a worker computes and keeps.
+
+``--nodes 1,2,3`` adds a table of multi-node clusters made on this machine
+(``ray.cluster_utils.Cluster``): ``n`` nodes of ``max(1, cores // n)`` CPUs each, one
+worker per CPU. On a 2-core machine 3 nodes declare 3 CPUs on 2 cores: the table shows
+what sharding over nodes costs (start-up, shipping states), not a speed-up.
 """
 
 from __future__ import annotations
@@ -48,18 +58,37 @@ from benchmarks.workload import Workload, build_workload  # noqa: E402
 
 def run(wl: Workload, records: list[Any], measures: list[str], **kw: Any) -> tuple[Any, float]:
     """The workload's inspection, read to the end; returns (frame, seconds)."""
+    frame, seconds, _ = run_stats(wl, records, measures, **kw)
+    return frame, seconds
+
+
+def run_stats(wl: Workload, records: list[Any], measures: list[str],
+              **kw: Any) -> tuple[Any, float, dict[str, Any]]:  # fmt: skip
+    """:func:`run` plus what the driver received (``Inspection.cluster_stats``)."""
+    from dni_lab.backend.engine import Inspection
+    from dni_lab.backend.params import InspectParams
+
     t0 = time.perf_counter()
-    frame = dl.inspect(
-        models=[dl.Model(wl.module, encode=wl.encode, name="sql-lstm")],
-        hypotheses=wl.hypotheses,
-        measures=measures,
-        data=records,
-        units=[(wl.layer, "*")],
-        eps=None,
-        cache=False,
-        **kw,
-    )
-    return frame, time.perf_counter() - t0
+    insp = Inspection([dl.Model(wl.module, encode=wl.encode, name="sql-lstm")], wl.hypotheses,
+                      measures, records, units=[(wl.layer, "*")],
+                      params=InspectParams(eps=None, cache=False, **kw))  # fmt: skip
+    frame = insp.run()
+    return frame, time.perf_counter() - t0, getattr(insp, "cluster_stats", {})
+
+
+def behavior_bytes(wl: Workload, records: list[Any]) -> float:
+    """Bytes of one block's behaviors (float32, every symbol of every unit), on average."""
+    model = dl.Model(wl.module, encode=wl.encode, name="sql-lstm")
+    return 4.0 * wl.hidden * sum(model.symbols(r) for r in records)
+
+
+def per_block(stats: dict[str, Any]) -> float | None:
+    n = stats.get("shards_received")
+    return stats["bytes_received"] / n if n else None
+
+
+def _mb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f} MB"
 
 
 def max_diff(a: Any, b: Any) -> float:
@@ -80,6 +109,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--measures", default="corr",
                     help="comma-separated (logreg is updated on the driver: it scales less)")
     ap.add_argument("--address", default=None, help="a Ray address instead of a local Ray")
+    ap.add_argument("--nodes", default=None,
+                    help="comma-separated node counts: a table of clusters made on this machine")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
     n = a.records or (1024 if a.quick else 29_696)
@@ -113,18 +144,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for w in counts:
             kw = {"block_size": a.block_size, "cluster": a.address or "auto", "workers": w}
             _, t_start = run(wl, wl.records[: a.block_size], ms, **kw)  # start the actors
-            frame, t = run(wl, wl.records, ms, **kw)
+            frame, t, stats = run_stats(wl, wl.records, ms, **kw)
             rows.append({"workers": w, "seconds": t, "actor_start_s": t_start,
-                         "max_abs_diff": max_diff(one, frame)})  # fmt: skip
+                         "max_abs_diff": max_diff(one, frame),
+                         "bytes_per_block": per_block(stats)})  # fmt: skip
     finally:
         from dni_lab.backend.cluster import shutdown
 
         shutdown()
         ray.shutdown()
     t1 = rows[0]["seconds"] if rows[0]["workers"] == 1 else None
-    print(f"Ray start: {ray_start:.1f} s")
+    block_bytes = behavior_bytes(wl, wl.records[: a.block_size])
+    print(f"Ray start: {ray_start:.1f} s; one block's behaviors: {_mb(block_bytes)} "
+          f"({a.block_size} records x {hidden} units, float32)")  # fmt: skip
     print(f"{'workers':>7} {'time s':>8} {'speed-up':>8} {'effic.':>7} {'vs 1 proc':>9} "
-          f"{'start s':>8} {'max |Δr|':>9}")  # fmt: skip
+          f"{'start s':>8} {'max |Δr|':>9} {'to driver/block':>16}")  # fmt: skip
     for r in rows:
         r["speedup"] = t1 / r["seconds"] if t1 else None
         r["efficiency"] = t1 / (r["workers"] * r["seconds"]) if t1 else None
@@ -133,12 +167,56 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ef = f"{r['efficiency']:.0%}" if t1 else "-"
         print(f"{r['workers']:>7} {r['seconds']:>8.2f} {sp:>8} {ef:>7} "
               f"{r['vs_single_process']:>8.2f}x {r['actor_start_s']:>8.1f} "
-              f"{r['max_abs_diff']:>9.1e}")  # fmt: skip
+              f"{r['max_abs_diff']:>9.1e} {_mb(r['bytes_per_block']):>16}")  # fmt: skip
     out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores, "measures": ms,
            "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
-           "sources": wl.sources}  # fmt: skip
+           "block_behavior_bytes": block_bytes, "sources": wl.sources}  # fmt: skip
+    if a.nodes:
+        out["nodes"] = node_table(wl, ms, a.block_size, [int(k) for k in a.nodes.split(",")],
+                                  cores, one, t_one)  # fmt: skip
     write_results(a.json, out)
     return out
+
+
+def node_table(wl: Workload, ms: list[str], block_size: int, counts: list[int], cores: int,
+               one: Any, t_one: float) -> list[dict[str, Any]]:  # fmt: skip
+    """The workload on clusters of 1, 2, 3, ... nodes made on this machine."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    # Nodes start workers from this process's environment: they must import dni_lab and
+    # the benchmark's model.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    rows = []
+    for k in counts:
+        per = max(1, cores // k)
+        started = time.perf_counter()
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={"num_cpus": per, "include_dashboard": False})
+        for _ in range(k - 1):
+            cluster.add_node(num_cpus=per)
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            kw = {"block_size": block_size, "cluster": "auto"}
+            run(wl, wl.records[:block_size], ms, **kw)  # start the actors
+            t_start = time.perf_counter() - started
+            frame, t, stats = run_stats(wl, wl.records, ms, **kw)
+        finally:
+            from dni_lab.backend.cluster import shutdown
+
+            shutdown()
+            ray.shutdown()
+            cluster.shutdown()
+        rows.append({"nodes": k, "cpus_per_node": per, "workers": k * per, "seconds": t,
+                     "start_s": t_start, "vs_single_process": t_one / t,
+                     "bytes_per_block": per_block(stats), "max_abs_diff": max_diff(one, frame)})
+    print(f"{'nodes':>5} {'CPUs':>5} {'time s':>8} {'vs 1 proc':>9} {'start s':>8} "
+          f"{'to driver/block':>16} {'max |Δr|':>9}   ({cores} cores on this machine)")
+    for r in rows:
+        print(f"{r['nodes']:>5} {r['nodes'] * r['cpus_per_node']:>5} {r['seconds']:>8.2f} "
+              f"{r['vs_single_process']:>8.2f}x {r['start_s']:>8.1f} "
+              f"{_mb(r['bytes_per_block']):>16} {r['max_abs_diff']:>9.1e}")
+    return rows
 
 
 def _powers(cores: int) -> list[int]:

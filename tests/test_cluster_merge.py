@@ -3,6 +3,8 @@ what one state that read every block gives (the cluster's correctness rests on t
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -126,19 +128,37 @@ def test_cluster_options_are_validated_with_a_fix():
 
 
 def test_worker_shape_one_per_gpu_or_cpu_and_shares_of_cores():
-    from dni_lab.backend.cluster.connect import worker_shape
+    from dni_lab.backend.cluster.placement import worker_shape
     from dni_lab.backend.errors import DNIError
 
     cpu16 = {"CPU": 16.0}
     assert worker_shape(cpu16, "auto", None, "auto").count == 16
     four = worker_shape(cpu16, "auto", 4, "cpu")
     assert (four.count, four.num_cpus, four.num_gpus) == (4, 4.0, 0.0)
+    # kept actors reserve no CPU (they would hold it between runs); each computes with its
+    # share of threads; tasks, which end, reserve their share
+    assert four.options()["num_cpus"] == 0 and four.threads == 4
+    assert four.task_options()["num_cpus"] == 4.0
     assert worker_shape({"CPU": 2.0}, 4, None, "cpu").num_cpus == 0.5  # 4 workers, 2 cores
     gpu = worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "auto")
     assert (gpu.count, gpu.num_gpus) == (2, 1.0)
     assert worker_shape({"CPU": 16.0, "GPU": 2.0}, "auto", None, "cpu").num_gpus == 0.0
     with pytest.raises(DNIError, match="has no GPU; pass device='cpu'"):
         worker_shape(cpu16, "auto", None, "cuda")
+
+
+def test_workers_are_spread_over_nodes_by_their_cpus():
+    from dni_lab.backend.cluster.placement import spread
+
+    def node(nid, cpus, alive=True):
+        return {"NodeID": nid, "Alive": alive, "Resources": {"CPU": cpus}}
+
+    assert spread([node("a", 8)], 3) == [None] * 3  # one node: Ray's default placement
+    assert spread([node("a", 2), node("b", 2)], 4) == ["a", "a", "b", "b"]
+    assert spread([node("a", 6), node("b", 2), node("c", 4, alive=False)], 4) == ["a"] * 3 + ["b"]
+    assert sorted(spread([node("a", 1), node("b", 1), node("c", 1)], 2)) in (
+        ["a", "b"], ["a", "c"], ["b", "c"])  # fmt: skip
+    assert spread([node("head", 0), node("w", 4)], 2) == [None, None]  # a CPU-less head
 
 
 def test_missing_ray_says_how_to_install_it(monkeypatch):
@@ -227,3 +247,47 @@ def test_sharded_equals_one_process_on_a_64_unit_lstm(name, lstm_behaviors):
             gap = np.nanmax(np.abs(x - y), initial=0.0)
             assert gap <= 1e-9, f"{name} block {size}: {field} differs by {gap:.2e}"
         assert (a.reason == b.reason).all()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_process_started_for_a_finished_thread_lives_on():
+    """Why Ray starts on a lasting thread: Ray's daemons die with the thread that made them.
+
+    A child that asks for SIGKILL on its parent's death (as Ray's gcs_server and raylet
+    do) is killed when the *thread* that started it ends; started through ``lasting``
+    from a short-lived thread (a background run's), it outlives that thread.
+    """
+    import ctypes
+    import signal
+    import subprocess
+    import threading
+
+    from dni_lab.backend.cluster.connect import lasting
+
+    def fate_shared():
+        libc = ctypes.CDLL(None, use_errno=True)
+        return subprocess.Popen(["sleep", "60"], preexec_fn=lambda: libc.prctl(
+            1, signal.SIGKILL, 0, 0, 0))  # fmt: skip
+
+    def start(out, through_keeper):
+        out.append(lasting(fate_shared) if through_keeper else fate_shared())
+
+    children = {}
+    # the keeper's child first: once the direct child (started later) is dead, a kill
+    # sent to the keeper's child when its starting thread ended would have landed too
+    for through_keeper in (True, False):
+        out: list = []
+        t = threading.Thread(target=start, args=(out, through_keeper))
+        t.start()
+        t.join()
+        children[through_keeper] = out[0]
+    try:
+        # the thread that started it ended: the directly started child is killed ...
+        assert children[False].wait(timeout=30) == -signal.SIGKILL
+        # ... the one started on the keeper thread is not (its thread is still there)
+        assert children[True].poll() is None
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()

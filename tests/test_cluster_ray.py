@@ -84,20 +84,40 @@ def test_cluster_frame_equals_one_process_frame():
     assert np.abs(x - y).max() <= 1e-6
 
 
-@pytest.mark.parametrize("probe", [False, True])
-def test_early_stopping_decides_on_merged_states_as_one_process(probe):
+@pytest.mark.parametrize("other", [None, "logreg", "diffmeans"])
+def test_early_stopping_decides_on_merged_states_as_one_process(other):
     corr = Corr(group_records=4, buckets=8)  # an error after 32 records, so it can stop
     # logreg scores binary hypotheses only: a continuous one would keep it reading
-    hyps, measures = ([paren], [corr, "logreg"]) if probe else ([paren, position], [corr])
+    hyps = [paren] if other == "logreg" else [paren, position]
+    measures = [corr] if other is None else [corr, other]
     a, b = _both(hyps, measures, random_records(1500, seed=3), eps=0.05, block_size=40,
                  cache=False)  # fmt: skip
     # pairs froze early (the corr-only run stops reading early, too) ...
     assert (a["n_records"] < 1500).any() and a["converged"].any()
-    if probe:
+    if other == "logreg":
         assert (a.filter(pl.col("measure") == "logreg")["n_records"] < 1500).any()
-    else:
-        assert a["n_records"].max() < 1500
+    else:  # corr stops where it stops alone, though diffmeans reads every record
+        assert a.filter(pl.col("measure") == "corr")["n_records"].max() < 1500
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
+
+
+def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
+    run = dl.inspect(_model(), [paren], ["corr"], random_records(40), eps=None, block_size=20,
+                     cache=False, cluster=WORKERS, background=True)  # fmt: skip
+    run.result(timeout=120)
+    alive = ray.get([a.pid.remote() for a in run.inspection.cluster_workers], timeout=60)
+    assert len(alive) == WORKERS  # the workers are kept for the next run ...
+    total = ray.cluster_resources()["CPU"]
+    deadline = time.monotonic() + 60  # a finished task's CPUs come back asynchronously
+    while ray.available_resources().get("CPU") != total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.available_resources().get("CPU") == total  # ... yet hold none of the CPUs
+
+    @ray.remote(num_cpus=total)
+    def users_task():  # needs every CPU: it could not start while a worker held one
+        return "ran"
+
+    assert ray.get(users_task.remote(), timeout=120) == "ran"
 
 
 def test_generator_data_is_dealt_in_order(tmp_path):

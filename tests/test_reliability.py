@@ -466,6 +466,8 @@ CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "p-values outside [0, 1]", _p_values_outside_0_1),
     ("bad input", "query that is not text", _query_not_text),
     ("bad input", "feature set of another width", _feature_set_of_another_width),
+    ("bad input", "workers= without cluster=", _raises(dl.DNIError, "workers=2 needs cluster=",
+                                                      workers=2)),
     ("fault", "cancel keeps the partial frame", _cancel_keeps_partial_frame),
     ("fault", "error in a callback", _exception_in_callback_is_reraised_with_its_type),
     ("fault", "error in the model", _model_error_keeps_its_type),

@@ -198,7 +198,19 @@ class Inspection:
                 self.progress.cancelled,
                 self.progress.stopped_early,
             ),
+            **self._measure_stops(),
         }
+
+    def _measure_stops(self) -> dict[str, Any]:
+        """Which measures stopped early while others, without an error estimate, read on."""
+        stops = {s.measure.name: s.stopped_at for s in self.states if s.stopped_at is not None}
+        if not stops:
+            return {}
+        why = {name: f"stopped early at {n:,} records (settled)" for name, n in stops.items()}
+        for s in self.states:
+            if not s.measure.has_error:
+                why[s.measure.name] = "no error estimate: cannot stop early, read on"
+        return {"measure_stops": why}
 
     def cancel(self) -> None:
         """Ask the loop to stop after the block in flight (probe fits stop at their next step)."""
@@ -304,6 +316,8 @@ class Inspection:
                 parts = extractors[mu.model.name](block_records, mask, first, rkey)
                 U = _units_block([parts[a] for a in mu.layer_units])
                 for s in self._states_of(mu):
+                    if s.stopped_at is not None:  # settled while others read on
+                        continue
                     cols = s.columns
                     if isinstance(U, SparseBlock):  # one sparse feature set: its latents
                         if len(cols) == mu.n_units and hasattr(s.measure, "update_sparse"):
@@ -408,7 +422,7 @@ class Inspection:
         if eps is None or self.progress.records_read < self.params.min_records:
             return
         for s in self.states:
-            if not s.measure.has_error or s.converged.all():
+            if not s.measure.has_error or s.converged.all() or s.stopped_at is not None:
                 continue
             res = s.measure.peek(s.accumulator, self.params.confidence)
             new = (res.err <= eps) & ~s.converged
@@ -426,13 +440,21 @@ class Inspection:
         self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))
 
     def _settled(self) -> bool:
-        """Every pair converged or decided, but for at most LEAVE_OPEN of them."""
+        """Every pair converged or decided, but for at most LEAVE_OPEN of them.
+
+        A measure without an error estimate (``diffmeans``, ``mi``, ...) never settles and
+        reads every record; the states of the measures that have one still stop at the
+        point they would stop without it (:meth:`MeasureState.stop`), and reading goes on
+        for the others only.
+        """
         if not self.states:
             return False
-        if any(not s.measure.has_error and not s.converged.all() for s in self.states):
-            return False
-        open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in self.states)
-        return open_pairs <= LEAVE_OPEN * self.progress.pairs_total
+        endless = [s for s in self.states if not s.measure.has_error and not s.converged.all()]
+        settling = [s for s in self.states if s.measure.has_error and s.stopped_at is None]
+        if settling and _few_open(settling) and endless:
+            for s in settling:
+                s.stop(self.params.eps, self.progress.records_read)
+        return not endless and _few_open(self.states)
 
     def _finished_families(self) -> set[int]:
         """Families whose every score has converged in every state: no need to run them."""
@@ -498,6 +520,12 @@ def _units_block(parts: list[Any]) -> Any:
     if len(parts) == 1:
         return parts[0]
     return torch.cat([p.dense() if isinstance(p, SparseBlock) else p for p in parts], dim=2)
+
+
+def _few_open(states: list[MeasureState]) -> bool:
+    """At most LEAVE_OPEN of ``states``' pairs are neither converged nor decided."""
+    open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in states)
+    return open_pairs <= LEAVE_OPEN * sum(s.converged.size for s in states)
 
 
 def _stopped_reasons(frame: pl.DataFrame, records_read: int) -> pl.DataFrame:

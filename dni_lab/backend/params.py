@@ -134,6 +134,7 @@ class InspectParams:
                     f"{f.name} must be {what}, got {value!r}; "
                     f"e.g. {f.name}={f.default!r} (the default)."
                 )
+        check_workers(self.cluster, self.workers)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -184,6 +185,27 @@ def keyword_options(cls: type[_Options], func: str, options: dict[str, Any]) -> 
             f"its options are {', '.join(names)}."
         )
     return cls(**options)
+
+
+def check_workers(cluster: Any, workers: Any) -> None:
+    """Refuse ``workers=`` without ``cluster=``: it would be ignored (no Ray starts).
+
+    Parameters
+    ----------
+    cluster, workers
+        As in :func:`dl.inspect`.
+
+    Raises
+    ------
+    DNIError
+        When ``workers`` is set and ``cluster`` is None or False.
+    """
+    if workers is not None and (cluster is None or cluster is False):
+        raise DNIError(
+            f"workers={workers!r} needs cluster=: pass cluster='local' to start that many "
+            "Ray workers on this machine (or cluster='auto' / a Ray address), or drop "
+            "workers= to run in this process."
+        )
 
 
 def problem(name: str, value: Any) -> str | None:

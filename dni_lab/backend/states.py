@@ -56,6 +56,9 @@ class MeasureState:
     open_reason: np.ndarray | None = field(default=None)
     #: why a decided pair was left open, written by whichever rule decided it
     decided_why: str = ""
+    #: records read when this state stopped reading while others read on (its measure
+    #: settled; another, without an error estimate, cannot stop early); None: reading
+    stopped_at: int | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.decided is None:
@@ -125,6 +128,15 @@ class MeasureState:
             f"left open: the group's score settled, this unit's did not (error above eps={eps})"
         )
 
+    def stop(self, eps: float | None, records_read: int) -> None:
+        """Stop reading here while the run reads on for other states.
+
+        The state keeps what it holds now, as if reading had stopped for it alone: its
+        rows report ``records_read`` and its open pairs say why they were left open.
+        """
+        self.stopped_at = records_read
+        self.leave_open(eps)
+
     def leave_open(self, eps: float | None) -> None:
         """Name why each pair still open when reading stopped early was left open."""
         if eps is None:
@@ -143,6 +155,8 @@ class MeasureState:
         ``complete`` says the data was read to its end, so every pair holds its
         full-data value and counts as converged.
         """
+        if self.stopped_at is not None:  # reading went on for other states, not this one
+            records_read, complete = self.stopped_at, False
         result = current
         n_records: np.ndarray | int = records_read
         if self.frozen is not None:

@@ -1,22 +1,49 @@
-"""Which Ray a run uses, and how many workers of what size it starts there.
+"""Which Ray a run uses: find it, start it, or say in two seconds why it cannot be reached.
 
 ``cluster="local"`` (or a worker count) starts a Ray on this machine once per process
 and keeps it for later runs, as a Dask ``Client`` would: starting Ray costs seconds, a
 notebook runs many queries. ``"auto"``/True joins the Ray this process is connected to
 (or ``RAY_ADDRESS``); any other string is an address handed to ``ray.init``.
+
+A local Ray is started from a thread that lives as long as the process. Ray ties its
+``gcs_server`` and ``raylet`` to the *thread* that started them (Linux's
+``PR_SET_PDEATHSIG`` fires when that thread ends), so a Ray started by a background
+run's thread died with the run, and the next call aborted the process (a notebook's
+kernel) after 60 s of "Failed to connect to GCS".
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import itertools
+import logging
 import os
+import queue
+import socket
 import sys
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ..errors import DNIError
+from .placement import WorkerShape, worker_shape
+
+__all__ = ["WorkerShape", "connect", "session", "shutdown", "worker_error", "worker_shape"]
+
+T = TypeVar("T")
 
 #: Set when this module started the local Ray, so that :func:`shutdown` stops only that.
 _STARTED: dict[str, Any] = {}
+
+#: Seconds to reach an address's port before ``ray.init`` is tried (Ray itself retries
+#: for 60 s, printing a C++ warning each second).
+CONNECT_TIMEOUT_S = 2.0
+
+#: Bumped whenever this module finds Ray not initialised: a new Ray means new actors.
+_GENERATION = itertools.count(1)
+_SESSION: dict[str, int] = {"generation": 0}
+_CONNECT_LOCK = threading.Lock()
 
 
 def import_ray() -> Any:
@@ -48,6 +75,11 @@ def _local_env() -> dict[str, Any]:
 def connect(cluster: str | int | bool) -> Any:
     """Connect to (or start) the Ray that ``cluster`` names; return the ``ray`` module."""
     ray = import_ray()
+    with _CONNECT_LOCK:  # two background runs starting at once start one Ray
+        return _connect(ray, cluster)
+
+
+def _connect(ray: Any, cluster: str | int | bool) -> Any:
     local = cluster == "local" or (isinstance(cluster, int) and not isinstance(cluster, bool))
     if ray.is_initialized():
         if local and not _STARTED and not _is_local(ray):
@@ -56,27 +88,125 @@ def connect(cluster: str | int | bool) -> Any:
                 "another cluster; pass cluster='auto' to use that one, or ray.shutdown() first."
             )
         return ray
+    # Not connected: whatever Ray this process used before (ours, or the user's own that
+    # ray.shutdown() ended) is gone, and with it every actor a run kept.
+    _STARTED.clear()
+    _SESSION["generation"] = next(_GENERATION)
     if local:
         cpus = cluster if isinstance(cluster, int) else None
-        ray.init(
-            num_cpus=cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env=_local_env(),
-            configure_logging=False,
-        )
+        with _quiet_ray():
+            lasting(lambda: ray.init(num_cpus=cpus, include_dashboard=False,
+                                     log_to_driver=False, runtime_env=_local_env(),
+                                     configure_logging=False))  # fmt: skip
         _STARTED["local"] = True
         return ray
     address = None if cluster in (True, "auto") else str(cluster)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address not in (None, "auto", "local"):
+        _reachable(address, cluster)
     try:
-        ray.init(address=address or "auto", log_to_driver=False)
+        with _quiet_ray():
+            lasting(lambda: ray.init(address=address or "auto", log_to_driver=False))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise DNIError(
-            f"cannot connect to the Ray cluster {cluster!r}: {exc}. Start one "
+            f"cannot connect to the Ray cluster {cluster!r}: {_first_line(exc)}. Start one "
             "(`ray start --head`), check the address ('ray://host:10001' for Ray Client, "
             "'host:6379' on a node of the cluster), or pass cluster='local'."
-        ) from exc
+        ) from None
     return ray
+
+
+def session(ray: Any) -> tuple[int, str]:
+    """What identifies the Ray this process is connected to now (actors belong to it).
+
+    Parameters
+    ----------
+    ray : module
+        The connected ``ray`` module.
+
+    Returns
+    -------
+    (int, str)
+        How many times this process found Ray not initialised, and the job's id.
+    """
+    return _SESSION["generation"], ray.get_runtime_context().get_job_id()
+
+
+def _reachable(address: str, cluster: Any) -> None:
+    """Fail in :data:`CONNECT_TIMEOUT_S` when nothing listens at ``address``."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise DNIError(
+            f"cluster={cluster!r} is not a Ray address; pass 'ray://host:10001' (Ray Client), "
+            "'host:6379' (on a node of the cluster), 'auto' or 'local'."
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise DNIError(
+            f"cannot reach the Ray cluster at {hostport} within {CONNECT_TIMEOUT_S:g} s "
+            f"({exc.strerror or exc}). Start one (`ray start --head`), check the host and "
+            "port ('ray://host:10001' for Ray Client), or pass cluster='local'."
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = (text[0] if text else type(exc).__name__).rstrip(".")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_ray() -> Iterator[None]:
+    """Hide Ray's start-up chatter meant for Ray's own scripts (not errors)."""
+    log = logging.getLogger("ray")
+    previous = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(previous)
+
+
+# -- the thread that starts Ray ---------------------------------------------------------
+
+_JOBS: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+    queue.SimpleQueue()
+)
+_KEEPER: list[threading.Thread] = []
+_KEEPER_LOCK = threading.Lock()
+
+
+def lasting(fn: Callable[[], T]) -> T:
+    """``fn()`` on a thread that lives as long as the process; its result or its error.
+
+    The main thread lives that long; any other thread (a background run's) hands ``fn``
+    to one daemon thread kept for this purpose, so that the processes ``fn`` starts are
+    not killed when the calling thread ends.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    with _KEEPER_LOCK:
+        if not _KEEPER or not _KEEPER[0].is_alive():
+            t = threading.Thread(target=_keep, name="dni_lab-ray-keeper", daemon=True)
+            t.start()
+            _KEEPER[:] = [t]
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    _JOBS.put((fn, done))
+    return done.result()
+
+
+def _keep() -> None:
+    while True:
+        fn, done = _JOBS.get()
+        if not done.set_running_or_notify_cancel():
+            continue
+        try:
+            done.set_result(fn())
+        except BaseException as exc:  # handed to the caller's thread
+            done.set_exception(exc)
 
 
 def _is_local(ray: Any) -> bool:
@@ -98,44 +228,3 @@ def shutdown() -> None:
         import ray
 
         ray.shutdown()
-
-
-@dataclass(frozen=True)
-class WorkerShape:
-    """How many actors to start and what each reserves."""
-
-    count: int
-    num_cpus: float
-    num_gpus: float
-
-    def options(self) -> dict[str, Any]:
-        return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
-
-
-def worker_shape(
-    resources: dict[str, float], cluster: Any, workers: int | None, device: Any
-) -> WorkerShape:
-    """One actor per GPU for a CUDA run, else per CPU, unless ``workers`` says otherwise.
-
-    A CPU worker reserves its share of the cluster's CPUs, which Ray turns into the
-    worker's thread count (``OMP_NUM_THREADS``), so workers do not oversubscribe a node.
-    """
-    cpus = float(resources.get("CPU", 1.0))
-    gpus = float(resources.get("GPU", 0.0))
-    dev = str(device)
-    want_gpu = dev.startswith("cuda") or (dev == "auto" and gpus >= 1)
-    if dev.startswith("cuda") and gpus < 1:
-        raise DNIError(
-            f"device={dev!r} but the Ray cluster has no GPU; pass device='cpu' or 'auto', "
-            "or add GPU nodes to the cluster."
-        )
-    if workers is None:
-        if isinstance(cluster, int) and not isinstance(cluster, bool):
-            workers = cluster
-        else:
-            workers = max(1, int(gpus if want_gpu else cpus))
-    if want_gpu:
-        return WorkerShape(workers, 1.0, min(1.0, gpus / workers))
-    # More workers than CPUs share them (fractions), or Ray would leave some unscheduled.
-    share = cpus / workers if workers > cpus else float(int(cpus // workers))
-    return WorkerShape(workers, share, 0.0)

@@ -25,8 +25,10 @@ from ..engine import Inspection
 from ..errors import DNIError
 from ..measures.base import stop_check
 from ..provenance import RecordsHash
-from .connect import WorkerShape, connect, worker_error, worker_shape
-from .shards import Block, InOrder, Shard, fork, forkable
+from .connect import connect, import_ray, session, worker_error
+from .pickling import check_picklable
+from .placement import WorkerShape, placed, spread, worker_shape
+from .shards import Block, InOrder, Shard, fork, forkable, payload_bytes
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -38,13 +40,15 @@ POLL_S = 0.1
 #: Restarts of a dead worker (and retries of its shard) before the run fails.
 RETRIES = 3
 
-#: Actors kept between runs, under (Ray job, worker shape): a new Python with torch
-#: costs seconds per worker, and a notebook runs many queries on one cluster.
-_HOSTS: dict[tuple[str, WorkerShape], list[Any]] = {}
+#: Actors kept between runs, under (Ray session, worker shape): a new Python with torch
+#: costs seconds per worker, and a notebook runs many queries on one cluster. They
+#: reserve no CPU (placement.py), so keeping them costs the user's own tasks nothing.
+_Key = tuple[tuple[int, str], WorkerShape]
+_HOSTS: dict[_Key, list[Any]] = {}
 
 #: Runs reading with each key's actors right now (a notebook may start a query while
 #: the last one is still stopping), and the lock that keeps the two tables consistent.
-_BUSY: Counter[tuple[str, WorkerShape]] = Counter()
+_BUSY: Counter[_Key] = Counter()
 _LOCK = threading.RLock()
 
 
@@ -69,18 +73,32 @@ def _ray() -> Any:
     return ray
 
 
-def _hosts(ray: Any, shape: WorkerShape) -> tuple[tuple[str, WorkerShape], list[Any]]:
+def _hosts(ray: Any, shape: WorkerShape) -> tuple[_Key, list[Any]]:
     """The kept actors of ``shape`` (started if need be), marked busy for one more run."""
-    key = (ray.get_runtime_context().get_job_id(), shape)
+    now = session(ray)
+    key = (now, shape)
     with _LOCK:
+        for old in [k for k in _HOSTS if k[0] != now]:
+            # Actors of a Ray this process left (the user's ray.shutdown()) died with it;
+            # their handles would fail with "Can't find actor ... from a different cluster".
+            del _HOSTS[old]
+            _BUSY.pop(old, None)
         if key not in _HOSTS:
             forget_workers(ray, idle_only=True)
-            actor = ray.remote(ShardWorker).options(
-                **shape.options(), max_restarts=RETRIES, max_task_retries=RETRIES
-            )
-            _HOSTS[key] = [actor.remote() for _ in range(shape.count)]
+            nodes = spread(ray.nodes(), shape.count, "GPU" if shape.num_gpus > 0 else "CPU")
+            _HOSTS[key] = [_actor(ray, shape, node) for node in nodes]
         _BUSY[key] += 1
         return key, _HOSTS[key]
+
+
+def _actor(ray: Any, shape: WorkerShape, node: str | None = None) -> Any:
+    """A new worker actor of ``shape``, on ``node`` (None: where Ray places it).
+
+    Ray restarts a worker whose process died (on the same node) and retries its shard;
+    a worker whose node died cannot restart there, and :class:`_Pool` replaces it.
+    """
+    opts = {**shape.options(), "max_restarts": RETRIES, "max_task_retries": RETRIES}
+    return ray.remote(ShardWorker).options(**placed(opts, node)).remote(shape.threads)
 
 
 def run_sharded(
@@ -100,7 +118,7 @@ def run_sharded(
     polars.DataFrame
         The score frame, as :meth:`Inspection.run` returns it.
     """
-    ray = connect(insp.params.cluster)
+    import_ray()  # before any work: a missing Ray is the first thing to say
     insp.device = torch.device("cpu")  # the driver only merges; workers pick their device
     start = time.perf_counter()
     # Shards are read ahead of the merge: the data's hash must cover merged records only.
@@ -111,6 +129,8 @@ def run_sharded(
     plan = Plan(
         insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
     )
+    check_picklable(_parts(plan), "the inspection")  # before Ray's start-up, not after
+    ray = connect(insp.params.cluster)
     pool = _Pool(ray, plan, insp)
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
@@ -120,7 +140,22 @@ def run_sharded(
     finally:
         pool.close(keep=ok)
         insp._records_hash = merged_hash
+        # what crossed the network to the driver (benchmarks/bench_cluster.py prints it)
+        insp.cluster_stats = {"bytes_received": pool.received, "shards_received": pool.answers}
     return insp._finish(start)
+
+
+def _parts(plan: Plan) -> list[tuple[str, Any]]:
+    """The plan's parts as an error names them."""
+    named = [(f"model {m.name!r}", m) for m in plan.models]
+    named += [(f"hypothesis {_name(h)!r}", h) for h in plan.hypotheses]
+    named += [(f"measure {_name(m)!r}", m) for m in plan.measures]
+    return [*named, ("units=", plan.units), ("the run's options", plan.params),
+            ("the first block of records", plan.sample)]  # fmt: skip
+
+
+def _name(obj: Any) -> str:
+    return str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
 
 
 class _Pool:
@@ -133,25 +168,32 @@ class _Pool:
         )
         try:
             self.plan = [ray.put(plan)]  # a list: Ray passes the reference, not the plan
-        except Exception as exc:  # cloudpickle raises TypeError, PicklingError, ...
+        except Exception as exc:  # what the check above passed but Ray refused
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise DNIError(
-                f"cannot send the inspection to Ray workers: {exc}. Models, encode functions, "
-                "hypotheses and measures must pickle (no open files, locks or sockets in "
-                "them); define them at module level or in the notebook."
-            ) from exc
+                f"cannot send the inspection to Ray workers: {first}. Models, encode "
+                "functions, hypotheses and measures must pickle (no open files, locks or "
+                "sockets in them)."
+            ) from None
+        self.shape = shape
         self.key, self.actors = _hosts(ray, shape)
-        self.inflight: dict[Any, tuple[int, int]] = {}  # task -> (shard index, actor)
+        # task -> (shard, actor slot, the actor then): a shard whose worker is gone is dealt again
+        self.inflight: dict[Any, tuple[Shard, int, Any]] = {}
         self.load = [0] * len(self.actors)  # shards in flight per actor
+        self.tries: Counter[int] = Counter()  # failed reads per shard index
+        self.received = 0  # bytes of the states (or behaviors) workers sent back
+        self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
         converged = [s.converged for s in insp.states]
-        ref = self.actors[a].read.remote(
-            self.plan, shard.records, shard.first, converged, self._templates
-        )
-        self.inflight[ref] = (shard.index, a)
+        stopped = [s.stopped_at is not None for s in insp.states]
+        actor = self.actors[a]
+        ref = actor.read.remote(self.plan, shard.records, shard.first, converged,
+                                self._templates, stopped)  # fmt: skip
+        self.inflight[ref] = (shard, a, actor)
         self.load[a] += 1
 
     def set_templates(self, insp: Inspection) -> None:
@@ -168,22 +210,42 @@ class _Pool:
             if done:
                 out = []
                 for ref in done:
-                    index, a = self.inflight.pop(ref)
+                    shard, a, actor = self.inflight.pop(ref)
                     self.load[a] -= 1
-                    out.append((index, self._get(ref, index)))
+                    states = self._get(ref, shard, a, actor, insp)
+                    if states is not None:
+                        out.append((shard.index, states))
                 return out
         return []
 
-    def _get(self, ref: Any, index: int) -> list[Any]:
+    def _get(self, ref: Any, shard: Shard, a: int, actor: Any,
+             insp: Inspection) -> list[Any] | None:  # fmt: skip
+        """The shard's states; None when its worker is gone and the shard was dealt again."""
+        exc = self.ray.exceptions
         try:
-            return self.ray.get(ref)
-        except self.ray.exceptions.RayTaskError as exc:
-            raise worker_error(exc) from None
-        except self.ray.exceptions.RayActorError as exc:
-            raise DNIError(
-                f"a Ray worker died {RETRIES + 1} times reading shard {index}: "
-                f"{exc}. Check the workers' memory (a model per worker) or pass fewer workers=."
-            ) from exc
+            states = self.ray.get(ref)
+            self.received += payload_bytes(states)
+            self.answers += 1
+            return states
+        except exc.RayTaskError as err:
+            raise worker_error(err) from None
+        except (exc.RayActorError, exc.ActorUnschedulableError) as err:
+            # Ray's restarts are used up, or the worker's node is gone: a shard depends
+            # only on its records, so another worker reads it to the same states.
+            self.tries[shard.index] += 1
+            if self.tries[shard.index] > RETRIES:
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+                raise DNIError(
+                    f"Ray workers died {RETRIES + 1} times reading shard {shard.index}: "
+                    f"{first}. Check the workers' memory (a model per worker) or pass "
+                    "fewer workers=."
+                ) from None
+            if self.actors[a] is actor:  # the first of its shards to fail: replace it
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor, no_restart=True)
+                self.actors[a] = _actor(self.ray, self.shape)  # where Ray finds room
+            self.submit(shard, insp)
+            return None
 
     def run(self, insp: Inspection, block0: list[Any], blocks: Any,
             on_block: Callable[[Inspection], None] | None, start: float,
@@ -234,7 +296,7 @@ class _Pool:
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
         for s, new in zip(insp.states, states, strict=True):
-            if new is None:  # a model with nothing left to score was skipped
+            if new is None or s.stopped_at is not None:  # a model skipped, a state stopped
                 continue
             if isinstance(new, Block):  # a measure that does not merge exactly
                 with stop_check(lambda: insp._cancel):

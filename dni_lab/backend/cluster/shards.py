@@ -140,6 +140,38 @@ def _walk(obj: Any, f: Callable[[torch.Tensor], torch.Tensor], device: torch.dev
     return obj
 
 
+def payload_bytes(obj: Any) -> int:
+    """Bytes of the tensors and arrays in ``obj`` (what a worker's answer ships, roughly).
+
+    Walks what :func:`moved` walks; pickling overhead and plain Python numbers are left
+    out, so this is the array payload a driver receives.
+    """
+    seen: set[int] = set()
+    total = 0
+
+    def visit(x: Any) -> None:
+        nonlocal total
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            total += x.nelement() * x.element_size()
+        elif hasattr(x, "nbytes") and hasattr(x, "dtype"):  # numpy arrays
+            total += int(x.nbytes)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                visit(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                visit(v)
+        elif hasattr(x, "__dict__") and not isinstance(x, type) and not callable(x):
+            for v in vars(x).values():
+                visit(v)
+
+    visit(obj)
+    return total
+
+
 @dataclass
 class Shard:
     """One block of records, numbered like the single-process loop numbers it."""

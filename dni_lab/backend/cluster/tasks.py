@@ -21,11 +21,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import DNIError
-from .connect import connect, worker_error, worker_shape
+from .connect import connect, import_ray, worker_error
 from .driver import forget_workers
+from .pickling import check_picklable
+from .placement import WorkerShape, worker_shape
 
 #: Shards per worker: a few, so that a slow worker does not hold the last shard alone.
 SHARDS_PER_WORKER = 4
+
+
+def _shape(ray: Any, cluster: Any, workers: int | None, device: Any) -> WorkerShape:
+    """The tasks' shape; idle inspection actors give their GPUs back first."""
+    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    if shape.num_gpus > 0:  # CPU actors reserve nothing (placement.py); GPU ones do
+        forget_workers(ray, idle_only=True)
+    return shape
 
 
 def _activations_shard(model: Any, records: list[Any], layer: Any, symbol_agg: str,
@@ -66,12 +76,14 @@ def sharded_activations(
     """
     if not len(records):
         raise DNIError("the index needs records; pass a non-empty sequence.")
+    import_ray()
+    check_picklable([(f"model {getattr(model, 'name', type(model).__name__)!r}", model)],
+                    "the index's model")  # fmt: skip
     ray = connect(cluster)
-    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
-    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    shape = _shape(ray, cluster, workers, device)
     n = len(records)
     size = max(batch_size, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
-    task = ray.remote(_activations_shard).options(**shape.options(), max_retries=3)
+    task = ray.remote(_activations_shard).options(**shape.task_options(), max_retries=3)
     model_ref = ray.put(model)
     refs = [task.remote(model_ref, list(records[lo : lo + size]), layer, symbol_agg,
                         batch_size, device) for lo in range(0, n, size)]  # fmt: skip
@@ -127,11 +139,10 @@ def sharded_null_hits(
     from .shards import moved
 
     ray = connect(cluster)
-    forget_workers(ray, idle_only=True)  # idle inspection actors would hold the CPUs
-    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    shape = _shape(ray, cluster, workers, device)
     n = len(sizes)
     per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
-    task = ray.remote(_null_hits_shard).options(**shape.options(), max_retries=3)
+    task = ray.remote(_null_hits_shard).options(**shape.task_options(), max_retries=3)
     ref = ray.put(moved(blocks, "cpu"))
     refs = [task.remote(null_hits, ref, sizes, k, min(k + per, n), alternative, target, info, seed,
                         device) for k in range(0, n, per)]  # fmt: skip

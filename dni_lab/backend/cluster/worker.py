@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..cache import HypothesisCache
 from ..engine import Inspection
@@ -29,7 +30,7 @@ from ..params import InspectParams
 from .shards import Deferred, merges_exactly, moved
 
 
-@dataclass
+@dataclass(repr=False)
 class Plan:
     """Everything a worker needs for one run; fetched once per actor and run (and restart)."""
 
@@ -39,6 +40,10 @@ class Plan:
     units: Any
     params: InspectParams  # worker_params(): no cluster, a cache a worker can open
     sample: list[Any]  # the first block: resolves units exactly as the driver did
+
+    def __repr__(self) -> str:  # an error that shows a plan must not print its records
+        return (f"Plan({[m.name for m in self.models]}, {len(self.hypotheses)} hypotheses, "
+                f"{len(self.measures)} measures, {len(self.sample)} sample records)")  # fmt: skip
 
 
 def worker_params(params: InspectParams) -> InspectParams:
@@ -78,13 +83,23 @@ class _Loaded:
 class ShardWorker:
     """Reads shards of any run. Made a Ray actor by the driver (``ray.remote``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 0) -> None:
+        # The actor reserves no CPU (placement.py): its share of the node's cores is set
+        # here, so that workers on one node do not oversubscribe it.
+        if threads > 0:
+            torch.set_num_threads(threads)
         self._plan: tuple[str, _Loaded] | None = None
         self._templates: tuple[str, list[Any]] | None = None
 
     def pid(self) -> int:
         """The worker's process id (tests kill it to check retries)."""
         return os.getpid()
+
+    def node(self) -> str:
+        """The id of the Ray node the worker lives on (tests remove that node)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
 
     def read(
         self,
@@ -93,6 +108,7 @@ class ShardWorker:
         first: int,
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
+        stopped: list[bool] | None = None,
     ) -> list[Any]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
 
@@ -112,26 +128,32 @@ class ShardWorker:
         templates : list of ObjectRef, optional
             ``[ref]`` to per-state forks of block 0's states (None where a measure starts
             fresh); wrapped in a list so Ray hands the reference, fetched once per actor.
+        stopped : list of bool, optional
+            States that stopped reading while others read on (``MeasureState.stop``):
+            not updated, returned as None.
 
         Returns
         -------
         list
-            One state per driver state, None for states of models it skipped.
+            One state per driver state, None for states of models it skipped and for
+            stopped states.
         """
         loaded = self._load(plan[0])
         insp = loaded.insp
         forks = self._forks(templates, insp.device)
         nh = len(insp.info)
-        for s, done, tpl in zip(insp.states, converged, forks, strict=True):
+        halted = stopped or [False] * len(insp.states)
+        for s, done, tpl, stop in zip(insp.states, converged, forks, halted, strict=True):
             s.converged = done.copy()
+            s.stopped_at = first if stop else None  # the engine skips a stopped state
             if tpl is not None:
                 s.accumulator = copy.deepcopy(tpl)
             else:
                 s.accumulator = s.measure.start(len(s.columns), nh, insp.device, insp.info)
         active = {mu.model.name for mu in insp._active_models()}
         insp._read(records, first, loaded.extractors)
-        return [moved(s.accumulator, "cpu") if s.model_name in active else None
-                for s in insp.states]  # fmt: skip
+        return [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
+                else None for s in insp.states]  # fmt: skip
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():

@@ -33,6 +33,7 @@ import numpy as np
 from ..cache import block_key
 from ..errors import DNIError
 from ..models import Model
+from ..params import check_workers
 from ..provenance import weights_sha256
 from .acts import Activations
 from .index_file import load_index, save_index
@@ -100,6 +101,7 @@ class NeuronIndex:
             raise DNIError("ratio must lie in [0, 1] and n_partitions be at least 1.")
         if len(records) == 0:
             raise DNIError("no records to index; pass the dataset the queries will search.")
+        check_workers(cluster, workers)
         weights = weights_sha256(model.module)
         if cluster is not None and cluster is not False:
             from ..cluster.tasks import sharded_activations

@@ -31,6 +31,7 @@ from ..frames import score_rows
 from ..hypotheses import for_model, hypothesis_block
 from ..measures.corr import Corr
 from ..models import Model
+from ..params import check_workers
 from ..resolve import as_families, normalize_units, resolve_units
 from .common import batches
 
@@ -219,6 +220,7 @@ def permutation_test(
         raise ValueError(
             f"alternative must be 'two-sided', 'greater' or 'less', not {alternative!r}"
         )
+    check_workers(cluster, workers)
     dev = resolve_device(device)
     if unique:
         first: dict[Any, Any] = {}
