@@ -49,3 +49,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_benchmarks.py
+
+# The documentation site (MkDocs Material, mkdocstrings, mkdocs-jupyter), built offline:
+# the notebooks are rendered with their stored outputs, never executed.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d .dni_cache/site
