@@ -15,7 +15,7 @@ import traitlets
 from ..backend.frames import export as export_frame
 from ..backend.run import Run
 from ._base import Panel, as_selection, esm, selection_key
-from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
+from ._paging import apply_filter, apply_sort, n_pages, next_sort, page_payload, row_keys
 from ._status import QUERY_NOTE, progress_line, run_status
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
@@ -208,6 +208,17 @@ class ScoreTable(Panel):
     def sort_by(self, column: str, descending: bool = True) -> None:
         self._sort = [[column, "desc" if descending else "asc"]]
 
+    def click_header(self, column: str) -> list[list[str]]:
+        """What a click on ``column``'s header does: the next sort of its cycle (a score
+        column: |score| descending, descending, ascending; another column: ascending,
+        descending), then the default order; back to the first page. Returns the sort.
+
+        Under the default order ``unit_score`` is already by |score| descending, so its
+        first click sorts it descending (positive first)."""
+        self._sort = next_sort(self._sort, column, DEFAULT_SORT)
+        self._page_index = 0
+        return self._sort
+
     def filter(self, text: str) -> None:
         """Show rows matching an SQL condition or containing ``text`` (see ``_paging``)."""
         self._filter = text
@@ -339,6 +350,8 @@ class ScoreTable(Panel):
             self.stop()
         elif kind == "select":
             self._select(int(content["index"]), content.get("key", ""))
+        elif kind == "sort":
+            self.click_header(str(content["column"]))
         elif kind == "export":
             fmt = content.get("format", "parquet")
             self.send(*self._export_bytes(fmt))
