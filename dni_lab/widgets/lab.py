@@ -114,6 +114,7 @@ class Lab(Snapshots, ipywidgets.VBox):
         super().__init__(rows, layout=ipywidgets.Layout(width="100%"))
         self._links = link_selection(*panels)
         self._own = traitlets.link((self, "selection"), (self.table, "selection"))
+        self.observe(self._snapshot_on_selection, names=["selection"])
         for p in self.plots:  # plots share a row
             p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
         for p in [self.table, *([self.overlay] if self.overlay else [])]:

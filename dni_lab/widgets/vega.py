@@ -126,9 +126,10 @@ class VegaPlot(Snapshots, alt.JupyterChart):
 
     def snapshot_html(self) -> str:
         from ._base import snapshot
+        from ._static import svg_img
 
         head = snapshot("Plot", f"{self.kind}, {self._data.height} rows", None)
-        svg = to_svg(self.chart) if self._data.height else ""
+        svg = svg_img(to_svg(self.chart), self.kind) if self._data.height else ""
         return head.replace("</div></div>", f"</div>{svg}</div>", 1)
 
     def __repr__(self) -> str:
