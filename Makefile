@@ -61,3 +61,9 @@ $(SAELENS_VENV)/.installed:
 	$(SAELENS_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 && \
 	$(SAELENS_VENV)/bin/pip install --quiet --disable-pip-version-check sae-lens==6.54.0 && \
 	touch $@ || echo "*** sae-lens could not be installed: its interoperability test will be SKIPPED."
+
+# The documentation site (MkDocs Material, mkdocstrings, mkdocs-jupyter), built offline:
+# the notebooks are rendered with their stored outputs, never executed.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d .dni_cache/site

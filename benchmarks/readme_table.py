@@ -1,15 +1,16 @@
-"""The README's Benchmarks table, rendered from ``benchmarks/results/*.json``.
+"""The Benchmarks table of ``docs/benchmarks.md``, rendered from ``benchmarks/results/*.json``.
 
 Usage::
 
     python benchmarks/readme_table.py           # rewrite the table between the markers
-    python benchmarks/readme_table.py --check   # exit 1 if README.md is not up to date
+    python benchmarks/readme_table.py --check   # exit 1 if the page is not up to date
 
 Every cell comes from a stored result, and every ✓ or ✗ is computed here from the
 stored numbers against the target the row declares: a row whose file (or key) is
 missing says "not measured yet" instead of showing an old figure. The rows
 themselves are in ``benchmarks/readme_rows.py``; ``tests/test_readme_numbers.py``
-fails when README.md differs from this rendering.
+fails when the page differs from this rendering. (The table lived in the README until the
+documentation site took the reference material; the module keeps its name.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "benchmarks.md"
 if str(REPO) not in sys.path:  # run as a script: make the benchmarks package importable
     sys.path.insert(0, str(REPO))
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -160,12 +161,12 @@ def splice(text: str, block: str) -> str:
     head, sep, rest = text.partition(BEGIN)
     _, sep2, tail = rest.partition(END)
     if not (sep and sep2):
-        raise ValueError(f"README.md has no {BEGIN} … {END} block")
+        raise ValueError(f"{PAGE.name} has no {BEGIN} … {END} block")
     return f"{head}{BEGIN}\n{block}\n{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite README.md's Benchmarks table, or with ``--check`` report whether it is current.
+    """Rewrite docs/benchmarks.md's table, or with ``--check`` report whether it is current.
 
     Parameters
     ----------
@@ -175,22 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 when README.md is (or now is) the rendering, 1 when ``--check`` finds it stale.
+        0 when the page is (or now is) the rendering, 1 when ``--check`` finds it stale.
     """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 if stale")
     ap.add_argument("--results", type=Path, default=RESULTS, help="the results directory")
     args = ap.parse_args(argv)
-    text = README.read_text()
+    text = PAGE.read_text()
     new = splice(text, render_table(load_results(args.results)))
     if new == text:
-        print("README.md's Benchmarks table is up to date")
+        print("docs/benchmarks.md's table is up to date")
         return 0
     if args.check:
-        print("README.md's Benchmarks table differs: run python benchmarks/readme_table.py")
+        print("docs/benchmarks.md's table differs: run python benchmarks/readme_table.py")
         return 1
-    README.write_text(new)
-    print("README.md's Benchmarks table rewritten from", args.results)
+    PAGE.write_text(new)
+    print("docs/benchmarks.md's table rewritten from", args.results)
     return 0
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from . import features
 from ._version import __version__ as __version__  # re-exported
+from .backend import cluster as _cluster  # noqa: F401  (installs the engine's Ray runner)
 from .backend import examples, verify
+from .backend import hf as _hf  # noqa: F401  (installs Model.from_hf)
 from .backend.api import inspect
 from .backend.cache import HypothesisCache
 from .backend.engine import Progress

@@ -25,7 +25,6 @@ replace it (``dni_lab.magic.live_display = fn``) to show something else, such as
 from __future__ import annotations
 
 import re
-import sys
 import threading
 from typing import Any, Protocol
 
@@ -35,13 +34,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .backend.errors import DNIError
-from .backend.provenance import partial_note, provenance
 from .backend.query import Catalog, QueryError, QueryRun, parse, run_query
+from .magic_waits import _POLL_S, RunWaiting, _bind, _say_partial, _stop
 
 # Options that take a value: the word after them is theirs, not the query's.
 _VALUED = {"-o", "--output", "--eps", "--block-size", "--catalog"}
-_PARTIAL = "dni_lab: {what} holds a {note}"
-_POLL_S = 0.1
 _UNSET = object()  # --eps none means "read everything", so None cannot mean "not given"
 
 
@@ -113,13 +110,16 @@ def split_options(line: str) -> tuple[str, str]:
 
 
 @magics_class
-class InspectMagics(Magics):
+class InspectMagics(RunWaiting, Magics):
     """The ``inspect`` magic, as a cell (``%%inspect``) and a line (``%inspect``)."""
 
     def __init__(self, shell: Any = None) -> None:
         super().__init__(shell)
         # -o names bound to a run still going: a cell that uses one waits (wait_for_use)
         self.pending: dict[str, QueryRun] = {}
+        # where the kernel allows, such a cell awaits the run instead (see cell_await)
+        self._awaiter: Any = None
+        self._async_cell: str | None = None
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="store the result frame in this variable")
@@ -240,37 +240,6 @@ class InspectMagics(Magics):
         if run.done:  # it ended before the callback was registered
             on_end(run)
 
-    def wait_for_use(self, info: Any) -> None:
-        """``pre_run_cell`` hook: a cell that names a pending ``-o`` variable waits for its run.
-
-        An interrupt while waiting stops the run; the variable gets the partial result.
-        """
-        ns = self.shell.user_ns
-        source = getattr(info, "raw_cell", "") or ""
-        for name, run in list(self.pending.items()):
-            if ns.get(name) is not run and not run.done:
-                del self.pending[name]  # the user rebound the name: not ours any more
-                continue
-            named = re.search(rf"(?<![\w.]){re.escape(name)}\b", source) is not None
-            if not run.done and not named:
-                continue
-            try:
-                while not run.wait(_POLL_S):
-                    pass
-            except KeyboardInterrupt:
-                _stop(run)
-            _bind(ns, name, run)
-            del self.pending[name]
-            if run.error is None and ns.get(name) is run.result(warn=False):
-                _say_partial(ns[name], name)  # here, in the cell that first follows the run
-            if run.error is not None and named:  # else `name.height` would fail obscurely
-                print(
-                    f"dni_lab: the %%inspect run behind {name!r} failed: "
-                    f"{type(run.error).__name__}: {run.error}\n{name} is still its handle; "
-                    f"{name}.result() raises the error.",
-                    file=sys.stderr,
-                )
-
 
 def _note(view: Any, result: str) -> None:
     """Tell a live table where the query's result goes (it shows S, not the result)."""
@@ -280,35 +249,12 @@ def _note(view: Any, result: str) -> None:
         view.note = QUERY_NOTE.format(result=result)
 
 
-def _say_partial(frame: pl.DataFrame, what: str) -> None:
-    """One line on stderr when ``frame`` is a partial result (a Stop or an interrupt)."""
-    note = partial_note(provenance(frame))
-    if note is not None:
-        print(_PARTIAL.format(what=what, note=note), file=sys.stderr)
-
-
-def _stop(run: QueryRun) -> None:
-    """Cancel ``run`` and wait for it, through further interrupts (the partial frame must
-    survive an impatient second Ctrl-C)."""
-    run.cancel()
-    while True:
-        try:
-            run.wait()
-            return
-        except KeyboardInterrupt:
-            continue
-
-
-def _bind(ns: dict[str, Any], name: str, run: QueryRun) -> None:
-    """``ns[name] = run.result()`` if ``name`` still holds the run (the user may have rebound
-    it); a failed run stays bound as its handle, whose ``result()`` raises the error."""
-    if ns.get(name) is run and run.done and run.error is None:
-        # warn=False: this may be the run's thread; the next cell prints the note
-        ns[name] = run.result(warn=False)
-
-
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%%inspect`` / ``%inspect`` (``%load_ext dni_lab``)."""
     magics = InspectMagics(ipython)
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.wait_for_use)
+    if _in_kernel():  # a terminal has no widgets to keep alive
+        from .cell_await import install
+
+        magics._awaiter = install(ipython, magics._wants_async, magics._await_runs)

@@ -25,12 +25,15 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return out
 
 
-def _import_nodes(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def _import_nodes(
+    tree: ast.Module, type_checking: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            skip = not type_checking and isinstance(child, ast.If)
+            if skip and "TYPE_CHECKING" in ast.unparse(child.test):
                 for sub in child.orelse:
                     visit(ast.Module(body=[sub], type_ignores=[]))
                 continue
@@ -42,14 +45,15 @@ def _import_nodes(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the ``dni_lab`` modules it imports (``from pkg import sub`` names ``pkg.sub``)."""
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the ``dni_lab`` modules it imports (``from pkg import sub`` names ``pkg.sub``);
+    with ``type_checking``, also the imports under ``if TYPE_CHECKING:``."""
     mods = _modules()
     graph: dict[str, set[str]] = {}
     for name, (path, is_pkg) in mods.items():
         package = name if is_pkg else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+        for node in _import_nodes(ast.parse(path.read_text(), str(path)), type_checking):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names if a.name in mods}
                 continue
@@ -130,6 +134,14 @@ def test_no_import_cycle_between_files(graph):
     assert cycles(graph) == []
 
 
+def test_no_cycle_even_through_type_only_imports():
+    # examples/index.py and index_file.py needed each other through a TYPE_CHECKING import
+    # (NeuronIndex <-> load_index/save_index): the file module now knows named fields only
+    typed = import_graph(type_checking=True)
+    assert cycles(typed) == []
+    assert "dni_lab.backend.examples.index" not in typed["dni_lab.backend.examples.index_file"]
+
+
 def imports_between(graph, sources: str, targets: tuple[str, ...]) -> set[tuple[str, str]]:
     """(importer, imported) pairs from modules under ``sources`` to modules under ``targets``."""
     return {
@@ -144,6 +156,37 @@ def imports_between(graph, sources: str, targets: tuple[str, ...]) -> set[tuple[
 def test_backend_never_imports_widgets_or_magic(graph):
     front = ("dni_lab.widgets", "dni_lab.magic", "dni_lab.cli")
     assert not imports_between(graph, "dni_lab.backend", front)
+
+
+def reachable(graph: dict[str, set[str]], sources: str) -> dict[str, str]:
+    """Every module reachable from modules under ``sources``, with the module it was reached
+    from (to show the chain in a failure)."""
+    parent: dict[str, str] = {}
+    todo = [m for m in graph if m.startswith(sources)]
+    while todo:
+        v = todo.pop()
+        for w in graph.get(v, ()):
+            if w not in parent and not w.startswith(sources):
+                parent[w] = v
+                todo.append(w)
+    return parent
+
+
+def chain(parent: dict[str, str], module: str) -> str:
+    path = [module]
+    while path[-1] in parent:
+        path.append(parent[path[-1]])
+    return " <- ".join(path)
+
+
+def test_widgets_see_the_engines_face_not_its_adapters(graph):
+    # panels run inspections through api/run; the Hugging Face and Ray adapters register
+    # themselves from dni_lab/__init__.py, so no chain of imports leads a widget to them
+    parent = reachable(graph, "dni_lab.widgets")
+    adapters = sorted(m for m in parent if m.startswith(("dni_lab.backend.hf",
+                                                         "dni_lab.backend.cluster")))
+    assert adapters == [], [chain(parent, m) for m in adapters]
+    assert "dni_lab.backend.engine" in parent  # the engine itself is reached (the scan works)
 
 
 def test_widgets_run_no_model_themselves(graph):

@@ -1,11 +1,13 @@
-"""The README's findings table is regression-tested: each row's notebook asserts its headline.
+"""The findings table is regression-tested: each row's notebook asserts its headline.
 
-Each row of "Findings and their evidence" links one notebook. That notebook must end in a
-``## Regression check`` cell whose ``assert`` statements hold the row's headline numbers
-(nbval runs every cell under ``CI=1``, so a broken finding fails CI), and whose
-``# README: "..."`` lines quote the row's own text, so the README and the asserted numbers
+Each row of "Findings and their evidence" (``docs/findings.md``) links one notebook. That
+notebook must end in a ``## Regression check`` cell whose ``assert`` statements hold the
+row's headline numbers (nbval runs every cell under ``CI=1``, so a broken finding fails
+CI), and whose
+``# README: "..."`` lines quote the row's own text, so the page and the asserted numbers
 are read side by side and cannot silently part: a row whose wording or numbers change must
-change its notebook's check too.
+change its notebook's check too. (The marker kept its name when the table moved from the
+README to the documentation site.)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## Findings and their evidence"
+SECTION = "# Findings and their evidence"
 QUOTE = re.compile(r'^# README: "([^"]+)"', re.MULTILINE)
 LINK = re.compile(r"\]\((notebooks/[^)]+\.ipynb)\)")
 # Rows whose notebook is not checked yet, with the reason; strict: a check added there
@@ -26,8 +28,8 @@ NOT_YET: dict[str, str] = {}
 
 
 def findings_rows() -> list[str]:
-    """The table rows of the README's findings section, with ``\\|`` read as ``|``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The table rows of the findings page, with ``\\|`` read as ``|``."""
+    text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     return [row.replace("\\|", "|") for row in rows[2:]]  # past the header and its rule
@@ -73,7 +75,7 @@ def test_each_finding_is_asserted_in_its_notebook(row: str):
     quotes = QUOTE.findall(source)
     assert quotes, f'{notebook.name}: the check quotes no README text (# README: "...")'
     missing = [q for q in quotes if q not in row]
-    assert not missing, f"{notebook.name}: the README's row no longer says {missing}"
+    assert not missing, f"{notebook.name}: the findings row no longer says {missing}"
 
 
 def test_a_check_that_quotes_text_the_row_lacks_fails(tmp_path):

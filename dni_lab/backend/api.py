@@ -8,8 +8,6 @@ from typing import Any
 import polars as pl
 import torch
 
-from . import cluster as _cluster  # noqa: F401  (installs the engine's Ray runner)
-from . import hf as _hf  # noqa: F401  (installs Model.from_hf)
 from .cache import HypothesisCache
 from .engine import Inspection
 from .params import InspectParams

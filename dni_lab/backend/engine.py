@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -77,7 +77,8 @@ class Progress:
         return self.pairs_converged / self.pairs_total if self.pairs_total else 0.0
 
     pairs_decided: int = 0
-    _estimate: tuple[float, float] | None = None  # (elapsed_s, time left) at the last block
+    # (elapsed_s, time left) at the last block; private, so not in the repr
+    _estimate: tuple[float, float] | None = field(default=None, repr=False)
 
     @property
     def records_per_s(self) -> float | None:

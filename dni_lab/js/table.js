@@ -89,14 +89,9 @@ function render({ model, el }) {
   }
 
   function clickHeader(col) {
-    // desc first: a person looks for the strongest units; a third click goes back to
-    // the default order. Only the person's own sort counts here, not the default's.
-    const own = model.get("_sort") || [];
-    const cur = own.length && own[0][0] === col ? own[0][1] : null;
-    const next = cur === "desc" ? "asc" : cur === "asc" ? null : "desc";
-    model.set("_sort", next ? [[col, next]] : []);
-    model.set("_page_index", 0);
-    model.save_changes();
+    // Python owns the cycle (ScoreTable.click_header: a score column by |score| first,
+    // another column A to Z first, then the default order), so it is tested there.
+    model.send({ type: "sort", column: col });
   }
 
   // Static parts of the header are built once: redrawing them on every progress

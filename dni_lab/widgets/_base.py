@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import html
+import threading
 import uuid
 from collections.abc import Mapping
 from importlib import resources
@@ -72,9 +73,25 @@ class Snapshots:
     """
 
     _display_id: str | None = None
+    #: Seconds of quiet after a selection change before the snapshot is republished (a
+    #: republished output redraws the live view, so a run of clicks gives one redraw).
+    snapshot_delay = 1.0
+    _snapshot_timer: threading.Timer | None = None
 
     def snapshot_html(self) -> str:
         raise NotImplementedError
+
+    def _snapshot_on_selection(self, _change: Any = None) -> None:
+        """Republish the snapshot once the selection has rested for :attr:`snapshot_delay`
+        (for panels whose snapshot shows the selection: overlays, plots, the Lab), so a
+        notebook saved after a click holds what the person saw, not the first unit."""
+        if self._display_id is None:
+            return  # not displayed through _ipython_display_: no output to replace
+        if self._snapshot_timer is not None:
+            self._snapshot_timer.cancel()
+        self._snapshot_timer = threading.Timer(self.snapshot_delay, self.refresh_snapshot)
+        self._snapshot_timer.daemon = True
+        self._snapshot_timer.start()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         # the base's own shape: (data, metadata) from anywidget, data alone from ipywidgets

@@ -37,6 +37,7 @@ class PagedOverlay(Panel):
         self.error = ""
         super().__init__(page_size=page_size, selection=as_selection(selection), **kwargs)
         self.observe(self._on_units, names=["selection", *unit_traits, "_order"])
+        self.observe(self._snapshot_on_selection, names=["selection", *unit_traits])
         self.observe(lambda _c: self.refresh(), names=["_page_index", "page_size"])
         self.refresh()
 

@@ -22,6 +22,56 @@ _SQLISH = re.compile(r"[=<>!]|\b(and|or|not|like|ilike|is|in|between)\b", re.IGN
 _WHERE = "SELECT * FROM self WHERE "
 _AT = re.compile(r"\s*at Line: (\d+), Column: (\d+)")
 _COLUMN = re.compile(r'unable to find column "([^"]+)"')
+_UNSUPPORTED = re.compile(r"operator (\w+) is not currently supported")
+_NO_INFIX = re.compile(r"No infix parser for token .*")
+#: sqlparser's names for operators Polars parses but cannot evaluate -> how they are typed
+#: (the name means nothing to a person looking at what they wrote)
+OPERATOR_TEXT = {
+    "PGBitwiseShiftRight": ">>",
+    "PGBitwiseShiftLeft": "<<",
+    "PGBitwiseXor": "#",
+    "PGExp": "^",
+    "PGOverlap": "&&",
+    "PGStartsWith": "^@",
+    "PGRegexMatch": "~",
+    "PGRegexIMatch": "~*",
+    "PGRegexNotMatch": "!~",
+    "PGRegexNotIMatch": "!~*",
+    "PGLikeMatch": "~~",
+    "PGILikeMatch": "~~*",
+    "PGNotLikeMatch": "!~~",
+    "PGNotILikeMatch": "!~~*",
+    "PGSquareRoot": "|/",
+    "PGCubeRoot": "||/",
+    "PGAbs": "@",
+    "PGPostfixFactorial": "!",
+    "PGPrefixFactorial": "!!",
+    "BitwiseOr": "|",
+    "BitwiseAnd": "&",
+    "BitwiseXor": "^",
+    "Spaceship": "<=>",
+    "DuckIntegerDivide": "//",
+    "MyIntegerDivide": "DIV",
+    "StringConcat": "||",
+    "Arrow": "->",
+    "LongArrow": "->>",
+    "HashArrow": "#>",
+    "HashLongArrow": "#>>",
+    "AtArrow": "@>",
+    "ArrowAt": "<@",
+    "AtAt": "@@",
+    "Question": "?",
+}
+
+
+def _unsupported_operator(text: str, name: str) -> tuple[str, int | None]:
+    """The message for an operator Polars cannot evaluate, and where it was typed first."""
+    typed = OPERATOR_TEXT.get(name)
+    if typed is None:  # a name not in the table: say so without the internal name
+        return "an operator here is not supported", None
+    pattern = rf"\b{re.escape(typed)}\b" if typed.isalpha() else re.escape(typed)
+    found = re.search(pattern, text, flags=re.IGNORECASE)
+    return f"the operator {typed} is not supported", found.start() if found else None
 
 
 def filter_error(text: str, exc: BaseException) -> str:
@@ -41,6 +91,13 @@ def filter_error(text: str, exc: BaseException) -> str:
         first = first[: at.start()] + first[at.end() :]
         if at.group(1) == "1":
             pos = int(at.group(2)) - 1 - len(_WHERE)
+    op = _UNSUPPORTED.search(first)
+    if op:
+        first, pos = _unsupported_operator(text, op.group(1))
+    infix = _NO_INFIX.search(first)
+    if infix:  # the parser's token type (Sharp, Word(...)) names nothing typed: show the text
+        typed = text[pos:].split()[0] if pos is not None and text[pos:].strip() else ""
+        first = first[: infix.start()] + (f"unexpected {typed!r}" if typed else "unexpected text")
     col = _COLUMN.search(first)
     if col:
         first = f"no column {col.group(1)!r}" + first[col.end() :].split(";")[0]
@@ -120,6 +177,37 @@ def apply_sort(frame: pl.DataFrame, sort: list[Any] | None) -> pl.DataFrame:
         nulls_last=True,
         maintain_order=True,
     )
+
+
+#: Columns whose first header click shows the strongest scores: by |value|, descending.
+SCORE_COLUMNS = ("unit_score", "group_score")
+
+
+def header_cycle(column: str) -> list[list[str]]:
+    """The sorts successive clicks on ``column``'s header go through (then the default).
+
+    A score column starts where a person looks first, the strongest units by |score|,
+    then signed (positive first, then negative first); any other column starts in
+    reading order (A to Z, 0 up), then reversed.
+    """
+    if column in SCORE_COLUMNS:
+        return [[f"|{column}|", "desc"], [column, "desc"], [column, "asc"]]
+    return [[column, "asc"], [column, "desc"]]
+
+
+def next_sort(own: list[Any], column: str, default: list[Any] = ()) -> list[list[str]]:
+    """The sort after a click on ``column``'s header, given the person's own sort ``own``
+    (empty: the ``default`` order is in force); past the cycle's end, back to the default
+    (``[]``). Where the default already sorts ``column`` as a step of its cycle does, the
+    click goes on from that step, so the first click always changes what is shown."""
+    cycle = header_cycle(column)
+    current = [list(k) for k in own[:1]]
+    if not current:
+        current = [list(k) for k in default if k[0].strip("|") == column][:1]
+    if current and current[0] in cycle:
+        i = cycle.index(current[0]) + 1
+        return [cycle[i]] if i < len(cycle) else []
+    return [cycle[0]]
 
 
 def n_pages(n_rows: int, page_size: int) -> int:

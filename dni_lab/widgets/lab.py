@@ -110,12 +110,19 @@ class Lab(Snapshots, ipywidgets.VBox):
             layout=ipywidgets.Layout(width="100%"),
         )
         rows: list[Any] = [self.builder] if self.builder else []
-        rows += [top, ipywidgets.HBox(self.plots, layout=ipywidgets.Layout(flex_flow="row wrap"))]
+        # align_items: each plot as tall as its chart (stretched, a short chart beside a tall
+        # one left an empty area under it)
+        plot_row = ipywidgets.Layout(flex_flow="row wrap", align_items="flex-start")
+        rows += [top, ipywidgets.HBox(self.plots, layout=plot_row)]
         super().__init__(rows, layout=ipywidgets.Layout(width="100%"))
         self._links = link_selection(*panels)
         self._own = traitlets.link((self, "selection"), (self.table, "selection"))
+        self.observe(self._snapshot_on_selection, names=["selection"])
         for p in self.plots:  # plots share a row
-            p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
+            if charts == "vega":  # its chart's own width: a narrower box clipped its legend
+                p.layout = ipywidgets.Layout(flex="0 0 auto", max_width="100%", overflow="auto")
+            else:
+                p.layout = ipywidgets.Layout(flex="1 1 0", min_width="320px", overflow="auto")
         for p in [self.table, *([self.overlay] if self.overlay else [])]:
             p.layout = ipywidgets.Layout(width="100%", overflow="auto")
 

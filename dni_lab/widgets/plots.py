@@ -115,11 +115,13 @@ class Plot(Panel):
         return f"{self.kind}, {self._data.height} rows"
 
     def snapshot_html(self) -> str:
-        """The chart's SVG as drawn (its links are fragments only: nothing to follow)."""
+        """The chart as drawn, an ``<img>`` of its SVG (inline SVG does not survive a
+        notebook's sanitiser; the image's links are inert)."""
         from ._base import snapshot
+        from ._static import svg_img
 
         head = snapshot("Plot", self._describe(), None)
-        return head.replace("</div></div>", f"</div>{self._svg}</div>", 1)
+        return head.replace("</div></div>", f"</div>{svg_img(self._svg, self.kind)}</div>", 1)
 
     def _on_message(self, _w: Any, content: dict[str, Any], _b: list) -> None:
         if content.get("type") == "select":

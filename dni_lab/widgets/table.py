@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -15,32 +14,20 @@ import traitlets
 from ..backend.frames import export as export_frame
 from ..backend.run import Run
 from ._base import Panel, as_selection, esm, selection_key
-from ._paging import apply_filter, apply_sort, n_pages, page_payload, row_keys
-from ._status import QUERY_NOTE, progress_line, run_status
-
-# Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
-DEFAULT_COLUMNS = (
-    "mid",
-    "epoch",
-    "layer",
-    "unit",
-    "uid",
-    "hid",
-    "measure",
-    "unit_score",
-    "group_score",
-    "err",
-    "n_records",
-    "converged",
+from ._paging import apply_filter, apply_sort, next_sort, row_keys
+from ._status import QUERY_NOTE, progress_line
+from ._table_view import (
+    DEFAULT_COLUMNS,
+    DEFAULT_SORT,
+    HIDDEN,
+    build_page,
+    build_status,
+    effective_sort,
+    export_bytes,
+    shown_columns,
 )
-HIDDEN = ("group", "reason")
-#: Without a sort of the person's own: each measure's rows together (probe coefficients and
-#: correlations are not on one scale), strongest |score| first (a unit at -0.72 tells as
-#: much as one at +0.72).
-DEFAULT_SORT = [["measure", "asc"], ["|unit_score|", "desc"]]
 
-_MIME = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}
-
+__all__ = ["DEFAULT_COLUMNS", "DEFAULT_SORT", "HIDDEN", "QUERY_NOTE", "ScoreTable", "progress_line"]
 
 class ScoreTable(Panel):
     """A score frame as a table: live while a background run streams, block by block.
@@ -208,6 +195,17 @@ class ScoreTable(Panel):
     def sort_by(self, column: str, descending: bool = True) -> None:
         self._sort = [[column, "desc" if descending else "asc"]]
 
+    def click_header(self, column: str) -> list[list[str]]:
+        """What a click on ``column``'s header does: the next sort of its cycle (a score
+        column: |score| descending, descending, ascending; another column: ascending,
+        descending), then the default order; back to the first page. Returns the sort.
+
+        Under the default order ``unit_score`` is already by |score| descending, so its
+        first click sorts it descending (positive first)."""
+        self._sort = next_sort(self._sort, column, DEFAULT_SORT)
+        self._page_index = 0
+        return self._sort
+
     def filter(self, text: str) -> None:
         """Show rows matching an SQL condition or containing ``text`` (see ``_paging``)."""
         self._filter = text
@@ -284,25 +282,15 @@ class ScoreTable(Panel):
         self._push_page()
 
     def _effective_sort(self) -> list[Any]:
-        return [list(k) for k in self._sort] if self._sort else DEFAULT_SORT
+        return effective_sort(self._sort)
 
     def _shown_columns(self) -> list[str]:
-        return self._columns or [c for c in DEFAULT_COLUMNS if c in self._view.columns] + [
-            c for c in self._view.columns if c not in DEFAULT_COLUMNS and c not in HIDDEN
-        ]
+        return shown_columns(self._view, self._columns)
 
     def _push_page(self) -> None:
-        cols = self._shown_columns()
-        page = page_payload(self._view, self._page_index, self.page_size, cols)
-        page["sort"] = self._effective_sort()
-        page["default_sort"] = not self._sort
-        part = self._view.slice(page["offset"], self.page_size)
-        page["keys"] = row_keys(part)
-        page["reasons"] = part["reason"].to_list() if "reason" in part.columns else []
-        page["n_pages"] = n_pages(self._view.height, self.page_size)
         self._seq += 1
-        page["seq"] = self._seq
-        page["sent_at"] = time.time() * 1000.0
+        page = build_page(self._view, self._page_index, self.page_size,
+                          self._shown_columns(), self._sort, self._seq)
         self._last_push = time.perf_counter()
         with self.hold_sync():
             self._page = page
@@ -317,20 +305,10 @@ class ScoreTable(Panel):
         return "cancelled" if p.cancelled else "done" if self.run.done else "running"
 
     def _push_status(self) -> None:
-        status: dict[str, Any] = {
-            "n_rows": self._view.height,
-            "n_total": self._frame.height,
-            "state": self._state(),
-            "error": self._error or (repr(self.run.error) if self.run and self.run.error else ""),
-            "note": self.note,
-        }
-        if self.run is not None:
-            status.update(run_status(self.run), stopping=self._stop_requested and not self.run.done)
-            if "converged" in self._frame.columns and self._frame.height:
-                # the rows' own ✓ column: a run that read to the end settles every pair,
-                # which the engine's count of early convergences does not include
-                status["share_converged"] = round(float(self._frame["converged"].mean()), 4)
-        self._status = status
+        self._status = build_status(
+            self._view, self._frame, self.run, self._state(), self._error, self.note,
+            self._stop_requested,
+        )
 
     # -- messages from the browser ------------------------------------------------
     def _on_message(self, _widget: Any, content: dict[str, Any], _buffers: list) -> None:
@@ -339,15 +317,11 @@ class ScoreTable(Panel):
             self.stop()
         elif kind == "select":
             self._select(int(content["index"]), content.get("key", ""))
+        elif kind == "sort":
+            self.click_header(str(content["column"]))
         elif kind == "export":
             fmt = content.get("format", "parquet")
             self.send(*self._export_bytes(fmt))
 
     def _export_bytes(self, fmt: str) -> tuple[dict[str, Any], list[bytes]]:
-        if fmt not in _MIME:
-            raise ValueError(f"cannot export as {fmt!r}; use 'parquet' or 'csv'.")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = self.export(Path(tmp) / f"scores.{fmt}")
-            payload = path.read_bytes()
-        msg = {"type": "download", "name": f"scores.{fmt}", "mime": _MIME[fmt]}
-        return msg, [payload]
+        return export_bytes(self.export, fmt)

@@ -124,6 +124,18 @@ class TextOverlay(PagedOverlay):
             f"page {lay.get('page', 0) + 1}/{lay.get('n_pages', 1)}, order {self._order}"
         )
 
+    def snapshot_html(self) -> str:
+        """The visible page as coloured text (the selected unit's behavior), as the panel
+        draws it, instead of the long table of :attr:`data`."""
+        from ._base import snapshot
+        from ._static import coloured_records
+
+        n = int(self._layout.get("n_symbols", 0))
+        values = np.frombuffer(self._values, np.float32)[:n] if self._values else np.zeros(n)
+        head = snapshot("TextOverlay", self._describe(), None)
+        body = coloured_records(self._layout, values)
+        return head.replace("</div></div>", f"</div>{body}</div>", 1)
+
     # -- computing a page ---------------------------------------------------------
     def _compute(self) -> None:
         units = self.units

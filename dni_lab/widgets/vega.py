@@ -60,6 +60,20 @@ def _clickable(chart: Any, zoom: bool) -> Any:
     return chart
 
 
+def _fit(chart: Any) -> Any:
+    """The chart with its legend underneath, so it is no wider than its plot and axes.
+
+    With the legend on the right a chart was about 490 px wide; squeezed into a panel
+    sharing a row it overflowed (a scrollbar, the legend's title clipped: "hypothesi").
+    The Lab also gives each Vega panel its chart's own width (wrapping to a new row when
+    two do not fit) rather than a share of the row. (A chart as wide as its container
+    measures the container once, before it is laid out, and draws nothing.)
+    """
+    return chart.configure_legend(
+        orient="bottom", direction="horizontal", columns=4, labelLimit=240, titleLimit=0
+    )
+
+
 class VegaPlot(Snapshots, alt.JupyterChart):
     """An interactive chart of a score frame (or a verification result) as a panel.
 
@@ -111,7 +125,7 @@ class VegaPlot(Snapshots, alt.JupyterChart):
             opts["selection"] = self.selection
         chart, data, keys = KINDS[self.kind](src, **opts)
         self._data, self._keys = data, keys
-        self.chart = _clickable(chart, zoom=self.kind in ("sorted", "epochs"))
+        self.chart = _fit(_clickable(chart, zoom=self.kind in ("sorted", "epochs")))
 
     @traitlets.observe("_vl_selections")
     def _on_pick(self, change: Any) -> None:
@@ -126,9 +140,10 @@ class VegaPlot(Snapshots, alt.JupyterChart):
 
     def snapshot_html(self) -> str:
         from ._base import snapshot
+        from ._static import svg_img
 
         head = snapshot("Plot", f"{self.kind}, {self._data.height} rows", None)
-        svg = to_svg(self.chart) if self._data.height else ""
+        svg = svg_img(to_svg(self.chart), self.kind) if self._data.height else ""
         return head.replace("</div></div>", f"</div>{svg}</div>", 1)
 
     def __repr__(self) -> str:

@@ -73,9 +73,13 @@ def write_notebook(path: Path, cells: Sequence[str]) -> Path:
 
 
 @contextlib.contextmanager
-def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "jupyterlab") -> Iterator[str]:
+def jupyter_lab(
+    root: Path, timeout: float = 90.0, app: str = "jupyterlab", app_settings: Path | None = None
+) -> Iterator[str]:
     """Run JupyterLab (or ``app="notebook"``: Notebook 7) on ``root``; yields
-    ``"http://127.0.0.1:PORT|TOKEN"`` (with ``|notebook`` appended for Notebook 7)."""
+    ``"http://127.0.0.1:PORT|TOKEN"`` (with ``|notebook`` appended for Notebook 7).
+    ``app_settings``: the application settings directory (its ``overrides.d``), in place of
+    the environment's ``share/jupyter/lab/settings``."""
     port, token = free_port(), secrets.token_hex(16)
     home = root / ".jupyter-home"
     for d in ("config", "data", "runtime", "settings", "workspaces"):
@@ -109,6 +113,8 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "jupyterlab") -> I
     ]
     if app == "jupyterlab":
         cmd.append("--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
+    if app_settings is not None:  # Notebook 7 reads its settings through JupyterLab's too
+        cmd += [f"--{c}.app_settings_dir={app_settings}" for c in sorted({cls, "LabApp"})]
     log = open(root / "jupyterlab.log", "w")  # closed in the finally below
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     base = f"http://127.0.0.1:{port}"

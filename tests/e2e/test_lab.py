@@ -165,6 +165,17 @@ lab
 """
 
 
+# each Vega chart's panel box, its drawing and its legend titles, as laid out
+_VEGA_BOXES = """() => [...document.querySelectorAll('.vega-embed')].map((e) => {
+  const box = e.closest('.lm-Widget'), b = box.getBoundingClientRect();
+  const s = e.querySelector('svg').getBoundingClientRect();
+  const titles = [...e.querySelectorAll('.role-legend-title')];
+  return {width: box.clientWidth, scroll: box.scrollWidth, right: b.right, height: b.height,
+          svg_right: s.right, svg_height: s.height,
+          legend_right: titles.map((t) => t.getBoundingClientRect().right)};
+})"""
+
+
 def test_vega_charts_offline_and_a_click_selects(tmp_path, shots):
     """Altair's JupyterChart, bundled offline: the page requests nothing from elsewhere, the
     chart has tooltips and a click on a point selects the unit in the table."""
@@ -187,6 +198,17 @@ def test_vega_charts_offline_and_a_click_selects(tmp_path, shots):
             page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
             page.locator(".vega-embed").first.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "vega_charts.png"))
+            # a narrow notebook (issue 26, 3.4): each chart fits its panel, legend included,
+            # with no scrollbar, and no panel is taller than its chart
+            page.keyboard.press("Escape")
+            page.keyboard.press("Control+b")  # the file browser closed, as on a small screen
+            page.set_viewport_size({"width": 760, "height": 900})
+            page.wait_for_timeout(500)  # one layout pass after the resize
+            for chart in page.evaluate(_VEGA_BOXES):
+                assert chart["scroll"] <= chart["width"] + 1, chart  # no horizontal scrollbar
+                assert chart["svg_right"] <= chart["right"] + 1, chart  # nothing drawn outside
+                assert all(r <= chart["right"] + 1 for r in chart["legend_right"]), chart
+                assert chart["height"] - chart["svg_height"] < 12, chart  # no empty area
         except BaseException:
             page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
             print(f"screenshot of the failure: {tmp_path / 'failure.png'}")

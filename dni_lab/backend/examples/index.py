@@ -36,7 +36,7 @@ from ..models import Model
 from ..params import check_workers
 from ..provenance import weights_sha256
 from .acts import Activations
-from .index_file import load_index, save_index
+from .index_file import ARRAYS, LEARNED, PARAMS, load_index, save_index
 
 
 def pack_ids(ids: np.ndarray, bits: int) -> np.ndarray:
@@ -203,7 +203,7 @@ class NeuronIndex:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index to ``path`` (``.npz`` of plain arrays) atomically."""
         self._check_built()
-        return save_index(self, path)
+        return save_index({k: getattr(self, k) for k in (*PARAMS, *LEARNED, *ARRAYS)}, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NeuronIndex:
@@ -215,7 +215,11 @@ class NeuronIndex:
             The file is truncated or corrupt, holds pickled data, another format
             version, an unknown field or arrays that disagree with its fields.
         """
-        return load_index(cls, path)
+        fields = load_index(path)
+        index = cls(*(fields[k] for k in PARAMS))
+        for k in (*LEARNED, *ARRAYS):  # the names the file's checks allowed, nothing else
+            setattr(index, k, fields[k])
+        return index
 
     def __repr__(self) -> str:
         built = (

@@ -1,5 +1,9 @@
 """A :class:`~.index.NeuronIndex` on disk: one ``.npz`` of plain arrays, read defensively.
 
+This module knows the index only as named fields (:data:`PARAMS`, :data:`LEARNED`,
+:data:`ARRAYS`); ``NeuronIndex.save``/``load`` map them to and from its attributes, so
+the two modules do not import each other.
+
 The file holds five arrays and a JSON ``meta`` string. It is written to a
 temporary file and renamed (a crash never leaves half an index) and read with
 ``allow_pickle=False``: nothing in it is ever unpickled. An index file may be
@@ -22,15 +26,13 @@ import os
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
 from ..errors import DNIError
-
-if TYPE_CHECKING:
-    from .index import NeuronIndex
 
 #: Version of the file layout; 2 added the model's weights hash and the checksum.
 FORMAT = 2
@@ -65,13 +67,14 @@ def _checksum(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def save_index(index: NeuronIndex, path: str | os.PathLike) -> Path:
-    """Write ``index`` to ``path`` atomically (see the module docstring)."""
+def save_index(fields: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Write an index's ``fields`` (every name of PARAMS, LEARNED and ARRAYS) to ``path``
+    atomically (see the module docstring)."""
     path = Path(path)
     if not path.parent.is_dir():  # else the error would name the temporary file
         raise FileNotFoundError(f"cannot save the index to {str(path)!r}: no directory there.")
-    arrays = {k: getattr(index, k) for k in ARRAYS}
-    meta = {"format": FORMAT, **{k: getattr(index, k) for k in (*PARAMS, *LEARNED)}}
+    arrays = {k: fields[k] for k in ARRAYS}
+    meta = {"format": FORMAT, **{k: fields[k] for k in (*PARAMS, *LEARNED)}}
     meta["sha256"] = _checksum(meta, arrays)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
@@ -84,8 +87,11 @@ def save_index(index: NeuronIndex, path: str | os.PathLike) -> Path:
     return path
 
 
-def load_index(cls: type[NeuronIndex], path: str | os.PathLike) -> NeuronIndex:
-    """Read and check an index file; every problem is a DNIError naming ``path`` and the fix."""
+def load_index(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check an index file: its fields (PARAMS, LEARNED and ARRAYS, nothing else).
+
+    Every problem is a DNIError naming ``path`` and the fix.
+    """
     with open(path, "rb") as f:  # np.load would take any other file for a pickle
         if f.read(4) != b"PK\x03\x04":
             _fail(path, "is not an .npz archive", corrupt=True)
@@ -115,10 +121,8 @@ def load_index(cls: type[NeuronIndex], path: str | os.PathLike) -> NeuronIndex:
     stored = meta.pop("sha256")
     if _checksum(meta, arrays) != stored:
         _fail(path, "does not match its checksum", corrupt=True)
-    index = cls(*(meta[k] for k in PARAMS))
-    for k in (*LEARNED, *ARRAYS):  # allow-listed names only, checked above
-        setattr(index, k, arrays[k] if k in arrays else meta[k])
-    return index
+    # allow-listed names only, checked above
+    return {k: arrays[k] if k in arrays else meta[k] for k in (*PARAMS, *LEARNED, *ARRAYS)}
 
 
 def _fail(path: Any, problem: str, corrupt: bool = False) -> NoReturn:

@@ -1,0 +1,45 @@
+"""``%%inspect`` cells are highlighted as SQL, not Python (issue 26, §3.6).
+
+The prebuilt extension in ``dni_lab/labextension`` (source: ``labextension/``) is what the
+wheel installs into ``share/jupyter/labextensions``; here the server finds it in its own
+data directory. In a ``%%inspect`` cell SELECT, FROM and WHERE take the colour of a keyword
+(Python's ``import`` in the next cell); in a Python cell ``SELECT`` stays a plain name.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .lab_harness import CHROMIUM, chromium_page, jupyter_lab, open_notebook, write_notebook
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+REPO = Path(__file__).resolve().parents[2]
+CELLS = ["%%inspect -o res\nSELECT S.uid FROM units U WHERE U.layer = 'lstm'",
+         "import os\nSELECT = 1"]
+# each cell's highlighted tokens and their colours
+TOKENS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell .cm-content')].map((c) =>
+  Object.fromEntries([...c.querySelectorAll('span')].map((s) =>
+    [s.textContent, getComputedStyle(s).color])))"""
+
+
+@pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
+def test_an_inspect_cell_is_highlighted_as_sql(tmp_path, app):
+    shutil.copytree(REPO / "dni_lab" / "labextension",
+                    tmp_path / ".jupyter-home" / "data" / "labextensions" / "dni-lab-inspect-sql")
+    write_notebook(tmp_path / "sql.ipynb", CELLS)
+    with jupyter_lab(tmp_path, app=app) as server, chromium_page() as page:
+        open_notebook(page, server, "sql.ipynb")
+        # both editors drawn and highlighted (the SQL language loads after the editor)
+        ready = "() => { const t = (" + TOKENS + ")(); " \
+                "return t.length === 2 && 'SELECT' in t[0] && 'import' in t[1]; }"
+        page.wait_for_function(ready, timeout=30_000)
+        inspect_cell, python_cell = page.evaluate(TOKENS)
+    keyword = python_cell["import"]
+    assert inspect_cell["SELECT"] == inspect_cell["FROM"] == inspect_cell["WHERE"] == keyword
+    assert "SELECT" not in python_cell  # a Python name: not a keyword there
