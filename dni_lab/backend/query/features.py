@@ -51,6 +51,14 @@ def _hook_width(model: Any, fs: Any, widths: dict[str, int]) -> int | None:
         return None
 
 
+def _has(model: Any, hook: str) -> bool:
+    try:
+        model.resolve_layer(hook)
+    except LayerError:
+        return False
+    return True
+
+
 def features_frame(
     scope: Scope, ids: list[int] | None, mids: set[str] | None, samples: Sequence[Any] = ()
 ) -> pl.DataFrame:
@@ -68,8 +76,8 @@ def features_frame(
         if mids is not None and mid not in mids:
             continue
         on = [(i, e) for i, e in enumerate(scope.feats) if e.mid in (None, mid)]
-        if not on:
-            continue
+        if not any(e.mid == mid or _has(me.model, e.features.hook) for _, e in on):
+            continue  # no set can attach: spare the model its probe pass
         widths = scope.model_widths(me, samples)
         offset = sum(widths.get(a, 0) for a in me.model.addresses)
         seen: dict[str, int] = {}
