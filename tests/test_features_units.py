@@ -147,3 +147,48 @@ def test_a_feature_set_on_a_transformer_hook_name(records):
     with torch.no_grad():
         want = fs.encode(hook["transformer.h.1"]) * mask[..., None]
     torch.testing.assert_close(latents["blocks.1.hook_resid_post:sae"] * mask[..., None], want)
+
+
+def test_provenance_hashes_a_sets_weights_not_only_its_name(lm, records, hyps, tmp_path):
+    model = dl.Model(lm, encode=encode_chars, name="m")
+    a, b = topk_set(seed=0), topk_set(seed=1)
+    assert repr(a) == repr(b) and a.address == b.address  # same name, hook and shape
+
+    def record(fs):
+        frame = dl.inspect(model, hyps, ["corr"], records[:40], units=[fs], eps=None)
+        return frame, dl.provenance(frame)
+
+    fa, ra = record(a)
+    _, rb = record(b)
+    assert ra["units"] == rb["units"]  # the repr cannot tell them apart
+    ha, hb = ra["features_sha256"]["m"]["lstm:sae"], rb["features_sha256"]["m"]["lstm:sae"]
+    assert len(ha) == 64 and ha != hb
+    assert record(a)[1]["features_sha256"] == ra["features_sha256"]  # deterministic
+    with torch.no_grad():
+        a.W_dec[0, 0] += 1.0  # a weight the latents do not even read
+    assert record(a)[1]["features_sha256"]["m"]["lstm:sae"] != ha
+    c = topk_set(seed=0)
+    c.k = 3  # same weights, another k: other latents
+    assert record(c)[1]["features_sha256"]["m"]["lstm:sae"] != record(topk_set(seed=0))[1][
+        "features_sha256"]["m"]["lstm:sae"]  # fmt: skip
+    dl.export(fa, tmp_path / "f.parquet")
+    meta = dl.read_params(tmp_path / "f.parquet")
+    assert meta["features_sha256"] == {"m": {"lstm:sae": ha}}
+    plain = dl.inspect(model, hyps, ["corr"], records[:20], units=[("lstm", "*")], eps=None)
+    assert dl.provenance(plain)["features_sha256"] == {}
+
+
+def test_a_query_records_its_sets_hashes(lm, records, hyps):
+    model = dl.Model(lm, encode=encode_chars, name="m")
+    a, b = topk_set(seed=0), topk_set(seed=1)
+    b.name = "other"
+    cat = dl.Catalog()
+    cat.add_model(model)
+    cat.add_hypothesis(hyps[0])
+    cat.add_inputs(records[:30], "chars")
+    cat.add_features(a, model)
+    cat.add_features(b, model)
+    sql = "SELECT S.* INSPECT F.fid AND H.h OVER D.seq AS S FROM features F, hypotheses H, inputs D"
+    got = dl.provenance(dl.query(sql, catalog=cat, namespace={}, eps=None))["features_sha256"]
+    direct = dl.provenance(dl.inspect(model, hyps[:1], ["corr"], records[:30], units=[a, b]))
+    assert got == direct["features_sha256"] and set(got["m"]) == {"lstm:sae", "lstm:other"}

@@ -106,6 +106,26 @@ def test_namespace_objects_need_no_registration(session):
     assert out["uid"].to_list() == [0]
 
 
+def test_a_feature_set_in_the_namespace_is_a_features_relation(session):
+    ip, cat = session
+    ip.run_cell(
+        "import torch\nfrom dni_lab import features as F\n"
+        "sae = F.TopKSAE(8, 20, 'lstm', name='sae', k=4)\ntorch.manual_seed(0)\n"
+        "_ = [p.data.copy_(torch.randn(p.shape)) for p in sae.parameters()]"
+    )
+    cell = (
+        "SELECT S.* INSPECT F.fid AND H.h USING corr, diffmeans OVER D.seq AS S\n"
+        "FROM models M, sae F, hypotheses H, inputs D WHERE M.epoch = 3"
+    )
+    out = ip.run_cell_magic("inspect", "--eps none -o res", cell)
+    ckpt = next(e.model for e in cat.models if e.meta["epoch"] == 3)
+    want = dl.inspect(ckpt, [keywords], ["corr", "diffmeans"], sql_records(80),
+                      units=[ip.user_ns["sae"]], eps=None)  # fmt: skip
+    key = ["uid", "hid", "measure"]
+    assert out.height == 20 * 2 and set(out["layer"]) == {"lstm:sae"}
+    assert_frame_equal(out.sort(key), want.sort(key))
+
+
 def test_live_display_is_a_replaceable_hook(session, monkeypatch):
     ip, _ = session
     views = []

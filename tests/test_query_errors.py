@@ -50,8 +50,8 @@ def test_the_good_query_runs(cat):
          "Did you mean 'models'?", "modles"),
         ({"inspect": "INSPECT X.uid AND H.h OVER D.seq AS S"}, "unknown relation or alias 'X'",
          "X"),
-        ({"inspect": "INSPECT H.h AND U.uid OVER D.seq AS S"}, "must come from a units or models "
-         "relation; 'H' is a hypotheses relation", "H.h"),
+        ({"inspect": "INSPECT H.h AND U.uid OVER D.seq AS S"}, "must come from a units, models or "
+         "features relation; 'H' is a hypotheses relation", "H.h"),
         # columns and aliases
         ({"where": "WHERE U.layr = 'lstm'"}, "has no column 'layr'. Did you mean 'layer'", "layr"),
         ({"where": "WHERE layr = 'lstm'"}, "unknown column 'layr'. Did you mean 'layer'", "layr"),

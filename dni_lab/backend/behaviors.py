@@ -5,6 +5,10 @@
 per-batch activations through the engine's Extractor, so every consumer reads
 a unit's behavior the same way. ``BehaviorSource`` serves the widgets' overlays
 (one selected unit and its hypothesis' signal) on the same Extractor.
+
+A *layer* here may also be a feature set (``dl.features``): its latents are the
+units of the layer ``"{hook}:{name}"``, encoded from the hook's activation
+(:func:`features_of` says which layers are latents, for the Extractor).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .errors import DNIError
 from .extract import Extractor, on_device, resolve_device, symbol_mask
 from .hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
 from .models import Model
-from .resolve import ModelUnits, resolve_units
+from .resolve import ModelUnits, is_feature_set, resolve_units
 
 
 def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelUnits:
@@ -34,6 +38,14 @@ def address_and_width(
     mp = layer_plan(model, layer, sample, device)
     (addr,) = mp.layer_units
     return addr, len(mp.layer_units[addr])
+
+
+def features_of(model: Model, layer: Any) -> dict[str, tuple[str, Any]]:
+    """``{"{hook}:{name}": (hook address, feature set)}`` when ``layer`` is a feature set
+    (what the Extractor needs to encode its latents), else ``{}``."""
+    if not is_feature_set(layer):
+        return {}
+    return {layer.address: (model.resolve_layer(layer.hook), layer)}
 
 
 def check_units(units: Sequence[int], width: int, addr: str) -> np.ndarray:
@@ -60,14 +72,17 @@ def symbol_activations(
     device: torch.device,
     batch_size: int = 256,
     extractor: Extractor | None = None,
+    features: Mapping[str, tuple[str, Any]] | None = None,
 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """``(first, acts (R, T, U), mask (R, T))`` per batch, extracted by the engine's Extractor.
 
     The caller holds :func:`~.extract.on_device` for the model. A caller that asks
     again for the same units (a panel turning pages) passes its ``extractor`` so
-    that replayed recurrent layers are built once.
+    that replayed recurrent layers are built once. ``features`` (from
+    :func:`features_of`) makes ``addr`` a feature set's latents.
     """
-    ex = extractor or Extractor(model, {addr: units}, "activation", device)
+    feats = dict(features or {})
+    ex = extractor or Extractor(model, {addr: units}, "activation", device, feats)
     for first, recs in batches(records, batch_size):
         mask = symbol_mask(model, recs, device)
         yield first, ex(recs, mask)[addr], mask
@@ -113,6 +128,9 @@ class BehaviorSource:
         Where to run the models ("cpu" keeps a GPU free for the run itself).
     batch_size : int
         Records per forward pass when scanning all records (top-activating order).
+    features : feature set or list, optional
+        Feature sets (``dl.features``) whose latents selections may name: a selection's
+        ``layer`` ``"{hook}:{name}"`` is the set's ``address``, ``unit`` the latent.
     """
 
     def __init__(
@@ -122,8 +140,10 @@ class BehaviorSource:
         hypotheses: Any = None,
         device: str = "cpu",
         batch_size: int = 256,
+        features: Any = None,
     ) -> None:
         self.models = as_model_map(models)
+        self.features = as_feature_map(features)
         self.records = records if isinstance(records, Sequence) else list(records)
         self.signals = as_signal_map(hypotheses)
         self.device = resolve_device(device)
@@ -160,8 +180,11 @@ class BehaviorSource:
         mid, layer, unit = sel["mid"], sel["layer"], int(sel["unit"])
         model = self.model(mid)
         key = (mid, layer, unit)
+        feats = self.features_at(model, layer)
         if key not in self._extractors:
-            self._extractors[key] = Extractor(model, {layer: [unit]}, "activation", self.device)
+            self._extractors[key] = Extractor(
+                model, {layer: [unit]}, "activation", self.device, feats
+            )
         ext = self._extractors[key]
         recs = [self.records[i] for i in indices]
         out: list[np.ndarray] = []
@@ -173,6 +196,18 @@ class BehaviorSource:
                 n = mask.sum(1).cpu().numpy()
                 out += [a[i, : n[i]].astype(np.float32) for i in range(len(a))]
         return out
+
+    def features_at(self, model: Model, layer: str) -> dict[str, tuple[str, Any]]:
+        """The Extractor's ``features`` for ``layer``: a known set's latents, else ``{}``."""
+        fs = self.features.get(layer)
+        return {} if fs is None else features_of(model, fs)
+
+    def width(self, mid: str, layer: str) -> int:
+        """The number of units of ``layer`` of model ``mid`` (a set's ``d_sae``)."""
+        if layer in self.features:
+            return int(self.features[layer].d_sae)
+        model = self.model(mid)
+        return address_and_width(model, layer, self.records, self.device)[1]
 
     def signal(self, hid: str | None, indices: Sequence[int], model: Model) -> list[np.ndarray]:
         """The hypothesis signal ``hid`` on records ``indices`` (empty list if unknown)."""
@@ -207,6 +242,30 @@ class BehaviorSource:
         if how == "bottom":
             return np.argsort(np.nan_to_num(pk[:, 0], nan=np.inf), kind="stable")
         raise ValueError(f"unknown order {how!r}; use 'index', 'top' or 'bottom'.")
+
+
+def as_feature_map(features: Any) -> dict[str, Any]:
+    """``{"{hook}:{name}": feature set}`` from one set, a list of them, or None."""
+    if features is None:
+        return {}
+    items = [features] if is_feature_set(features) else list(features)
+    bad = [type(f).__name__ for f in items if not is_feature_set(f)]
+    if bad:
+        raise DNIError(
+            f"features= takes feature sets (dl.features.load, train_sae, pca, ...); got {bad}."
+        )
+    return {f.address: f for f in items}
+
+
+def feature_sets_in(units: Any) -> list[Any]:
+    """The feature sets an inspection's (normalized) unit specification attaches, once each."""
+    groups = [g for spec in units.values() for g in spec] if isinstance(units, Mapping) else units
+    out: dict[int, Any] = {}
+    for group in groups or []:
+        for layer, _sel in group:
+            if is_feature_set(layer):
+                out.setdefault(id(layer), layer)
+    return list(out.values())
 
 
 def _without_capture_hooks(module: Any) -> Any:

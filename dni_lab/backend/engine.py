@@ -21,7 +21,7 @@ from .frames import empty_frame
 from .hypotheses import BlockCancelled, for_model, hypothesis_block
 from .measures.base import stop_check
 from .params import InspectParams
-from .provenance import RecordsHash, attach, ending, versions, weights_sha256
+from .provenance import RecordsHash, attach, ending, features_sha256, versions, weights_sha256
 from .resolve import (
     ModelUnits,
     as_cache,
@@ -29,6 +29,7 @@ from .resolve import (
     as_measures,
     as_models,
     as_records,
+    is_feature_set,
     normalize_units,
     resolve_units,
     units_of,
@@ -189,6 +190,7 @@ class Inspection:
             **self.metadata(),
             "versions": versions(),
             "weights_sha256": {m.name: weights_sha256(m.module) for m in self.models},
+            "features_sha256": self._features_sha256(),
             "data_sha256": self._records_hash.hexdigest(),
             # padded symbol slots / all slots of the forward passes, per model
             "padding_waste": {m: p.waste for m, p in self._padding.items()},
@@ -212,6 +214,17 @@ class Inspection:
             if not s.measure.has_error:
                 why[s.measure.name] = "no error estimate: cannot stop early, read on"
         return {"measure_stops": why}
+
+    def _features_sha256(self) -> dict[str, dict[str, str]]:
+        """``{model: {"{hook}:{name}": hash}}`` of the feature sets among the units: a set's
+        repr names it, the hash says which weights it had."""
+        out: dict[str, dict[str, str]] = {}
+        for model in self.models:
+            for group in units_of(self.units, model):
+                for layer, _sel in group:
+                    if is_feature_set(layer):
+                        out.setdefault(model.name, {})[layer.address] = features_sha256(layer)
+        return out
 
     def cancel(self) -> None:
         """Ask the loop to stop after the block in flight (probe fits stop at their next step)."""

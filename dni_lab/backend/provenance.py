@@ -106,17 +106,22 @@ def merge_records(parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """One record for several inspections that make one result (a query's steps).
 
     ``fields`` (the query, its options, :func:`ending`) come first; then the versions,
-    every model's weights hash, one data hash over the steps' own, and each step's record.
+    every model's weights hash, every feature set's, one data hash over the steps' own,
+    and each step's record.
     """
     weights: dict[str, str] = {}
+    features: dict[str, dict[str, str]] = {}
     data = hashlib.sha256()
     for part in parts:
         weights.update(part.get("weights_sha256", {}))
+        for mid, sets in part.get("features_sha256", {}).items():
+            features.setdefault(mid, {}).update(sets)
         data.update(str(part.get("data_sha256", "")).encode())
     return {
         **fields,
         "versions": versions(),
         "weights_sha256": weights,
+        "features_sha256": features,
         "data_sha256": data.hexdigest(),
         "steps": [{k: v for k, v in p.items() if k != "versions"} for p in parts],
     }
@@ -149,6 +154,16 @@ def weights_sha256(module: nn.Module) -> str:
     digest = _hash_weights(module)
     _SHA256[module] = (state, digest)
     return digest
+
+
+def features_sha256(fs: nn.Module) -> str:
+    """Hash of a feature set (``dl.features``): its weights, as :func:`weights_sha256`
+    hashes them, and its configuration (architecture, ``k``, normalization, hook), which
+    change its latents as much as a weight does. Two sets with one name and different
+    weights hash apart."""
+    config = getattr(fs, "config", None)
+    described = repr(sorted(config().items())) if callable(config) else repr(fs)
+    return hashlib.sha256(f"{described}\x00{weights_sha256(fs)}".encode()).hexdigest()
 
 
 _SHA256: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], str]] = (

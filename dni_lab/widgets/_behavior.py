@@ -5,9 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..backend.behaviors import BehaviorSource, as_family, as_model_map, as_signal_map
+from ..backend.behaviors import (
+    BehaviorSource,
+    as_family,
+    as_model_map,
+    as_signal_map,
+    feature_sets_in,
+)
 
-__all__ = ["BehaviorSource", "as_family", "as_model_map", "as_signal_map", "unit_ready"]
+__all__ = [
+    "BehaviorSource",
+    "as_family",
+    "as_model_map",
+    "as_signal_map",
+    "feature_sets_in",
+    "unit_ready",
+]
 
 
 def unit_ready(sel: Mapping[str, Any] | None) -> bool:

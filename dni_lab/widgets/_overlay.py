@@ -30,9 +30,10 @@ class PagedOverlay(Panel):
         page_size: int,
         device: str,
         unit_traits: Sequence[str] = (),
+        features: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.source = BehaviorSource(models, records, hypotheses, device)
+        self.source = BehaviorSource(models, records, hypotheses, device, features=features)
         self._data = pl.DataFrame()
         self.error = ""
         super().__init__(page_size=page_size, selection=as_selection(selection), **kwargs)

@@ -13,6 +13,7 @@ import traitlets
 
 from ..backend.run import Run
 from ._base import Snapshots, as_selection, link_selection, selection_key
+from ._behavior import feature_sets_in
 from .image_overlay import ImageOverlay
 from .plots import Plot
 from .query_builder import QueryBuilder
@@ -36,7 +37,8 @@ class Lab(Snapshots, ipywidgets.VBox):
     source : Run, polars.DataFrame or None
         A running inspection (live) or a score frame.
     models, records, hypotheses : optional
-        What the overlay needs; taken from ``source`` when it is a run.
+        What the overlay needs; taken from ``source`` when it is a run (with the
+        feature sets among its units, so a latent's row shows over the records).
     epochs : mapping, optional
         ``{mid: epoch}``: adds the scores-across-epochs plot.
     builder : bool
@@ -81,6 +83,9 @@ class Lab(Snapshots, ipywidgets.VBox):
             data = getattr(insp, "data", None)
             if records is None and isinstance(data, Sequence):
                 records = data
+            features = feature_sets_in(getattr(insp, "units", None))
+        else:
+            features = []
         self.table = ScoreTable(source, page_size=page_size)
         self.builder = (
             QueryBuilder(models, hypotheses, records, table=self.table) if builder else None
@@ -88,7 +93,7 @@ class Lab(Snapshots, ipywidgets.VBox):
         self.overlay: TextOverlay | ImageOverlay | None = None
         if models is not None and records is not None and len(records):
             cls = ImageOverlay if _is_image(records[0]) else TextOverlay
-            self.overlay = cls(models, records, hypotheses)
+            self.overlay = cls(models, records, hypotheses, features=features or None)
         kinds = list(plots) + (["epochs"] if epochs and "epochs" not in plots else [])
         if charts not in ("svg", "vega"):
             raise ValueError(f"charts={charts!r}: use 'svg' (drawn in the kernel) or 'vega'.")

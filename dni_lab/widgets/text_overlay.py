@@ -10,7 +10,6 @@ import numpy as np
 import polars as pl
 import traitlets
 
-from ..backend.behaviors import address_and_width
 from ._base import as_selection, esm, selection_key
 from ._behavior import unit_ready
 from ._overlay import PagedOverlay
@@ -48,6 +47,10 @@ class TextOverlay(PagedOverlay):
         ``record -> list of display strings``, one per symbol.
     device : str
         Device for the forward passes (default CPU, leaving an accelerator to runs).
+    features : feature set or list, optional
+        Feature sets (``dl.features``) whose latents a selection may name (its ``layer``
+        ``"{hook}:{name}"``, as score frames name latents): each symbol is coloured by
+        the latent's activation, encoded from the hook.
 
     Attributes
     ----------
@@ -75,11 +78,13 @@ class TextOverlay(PagedOverlay):
         page_size: int = 20,
         symbols: Callable[[Any], list[str]] | None = None,
         device: str = "cpu",
+        features: Any = None,
         **kwargs: Any,
     ) -> None:
         self._symbols = symbols or default_symbols
         super().__init__(
-            models, records, hypotheses, selection, page_size, device, ("pinned",), **kwargs
+            models, records, hypotheses, selection, page_size, device, ("pinned",), features,
+            **kwargs,
         )
         self.on_msg(self._on_message)
 
@@ -106,8 +111,7 @@ class TextOverlay(PagedOverlay):
         sel = dict(self.selection)
         if not unit_ready(sel):
             return sel
-        model = self.source.model(sel["mid"])
-        _, width = address_and_width(model, sel["layer"], self.source.records, self.source.device)
+        width = self.source.width(sel["mid"], sel["layer"])
         unit = int(sel["unit"]) + int(delta)
         if 0 <= unit < width:  # uids are consecutive within a layer (resolve_units)
             self.selection = {**sel, "unit": unit, "uid": int(sel["uid"]) + int(delta)}

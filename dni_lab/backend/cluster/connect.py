@@ -95,7 +95,9 @@ def _connect(ray: Any, cluster: str | int | bool) -> Any:
     if local:
         cpus = cluster if isinstance(cluster, int) else None
         with _quiet_ray():
-            lasting(lambda: ray.init(num_cpus=cpus, include_dashboard=False,
+            # address="local": a bare ray.init() joins whatever Ray another process on this
+            # machine last recorded under /tmp/ray, and with it that process's fate
+            lasting(lambda: ray.init(address="local", num_cpus=cpus, include_dashboard=False,
                                      log_to_driver=False, runtime_env=_local_env(),
                                      configure_logging=False))  # fmt: skip
         _STARTED["local"] = True

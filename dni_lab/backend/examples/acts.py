@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..behaviors import address_and_width, check_units, symbol_activations
+from ..behaviors import address_and_width, check_units, features_of, symbol_activations
 from ..errors import DNIError
 from ..extract import on_device, resolve_device
 
@@ -46,7 +46,9 @@ class Activations:
     model : Model
     records : sequence
         The dataset; records are addressed by position.
-    layer : str or int
+    layer : str, int or feature set
+        A layer of the model, or a feature set (``dl.features``) attached to it: its
+        latents are the units.
     units : sequence of int, optional
         Units of the layer to compute (default: all).
     symbol_agg : {"max", "mean", "last"}
@@ -85,8 +87,9 @@ class Activations:
         recs = [self.records[i] for i in ids.tolist()]
         dev, out = resolve_device(self.device), []
         with on_device(self.model, dev):
+            feats = features_of(self.model, self.layer)
             for _, acts, mask in symbol_activations(
-                self.model, recs, addr, idx, dev, self.batch_size
+                self.model, recs, addr, idx, dev, self.batch_size, features=feats
             ):
                 out.append(aggregate_symbols(acts, mask, self.symbol_agg).float().cpu())
         self.evaluated_ += len(ids)

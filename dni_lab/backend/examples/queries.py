@@ -139,7 +139,7 @@ def _evaluator(model, records, layer, units, index, opts: _Options) -> Activatio
 def topk(
     model: Model,
     records: Sequence[Any],
-    layer: str | int,
+    layer: Any,
     units: Sequence[int],
     k: int = 10,
     agg: str = "sum",
@@ -151,9 +151,11 @@ def topk(
     Parameters
     ----------
     model, records, layer
-        The model, the dataset (records are named by position), and the layer.
+        The model, the dataset (records are named by position), and the layer: an
+        address or position, or a feature set (``dl.features``) attached to the model,
+        whose latents are then the units.
     units : sequence of int
-        The neuron group: indices within ``layer``.
+        The neuron group: indices within ``layer`` (latents of a feature set).
     k : int
         Records to return.
     agg : {"sum", "mean", "max"}
@@ -199,7 +201,7 @@ def topk(
 def knn(
     model: Model,
     records: Sequence[Any],
-    layer: str | int,
+    layer: Any,
     units: Sequence[int],
     target: int | Any,
     k: int = 10,

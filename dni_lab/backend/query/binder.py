@@ -15,17 +15,21 @@ from typing import Any
 import polars as pl
 
 from ..errors import did_you_mean
+from .features import feature_columns
 from .nodes import Query, Ref, Span, scan_refs
 from .relations import Relation, Scope
 from .tokens import quote_ident
 
 UNIT_COLUMNS = ("mid", "uid", "layer", "unit", "layer_index")
+#: Relations of units whose rows depend on the models a query chose (built after them).
+UNIT_KINDS = ("units", "features")
 # Columns holding names a user types: a literal that matches none of them is a typo.
 NAMED = {
     "models": {"mid": "model"},
     "units": {"layer": "layer", "mid": "model"},
     "hypotheses": {"hid": "hypothesis", "name": "hypothesis", "h": "hypothesis"},
     "inputs": {"did": "dataset"},
+    "features": {"set": "feature set", "mid": "model", "hook": "hook"},
 }
 NAMED["hypotheses"] |= {"family": "hypothesis family", "kind": "hypothesis kind"}
 _COMPARE = ("=", "==", "<>", "!=", "<", "<=", ">", ">=")
@@ -70,8 +74,8 @@ class Binder:
             hint = did_you_mean(name, self.scope.names())
             raise self.q.error(
                 f"unknown relation {name!r}.{hint} Relations: models, units, hypotheses, inputs, "
-                "registered datasets and tables, and namespace variables holding models, "
-                "hypotheses, records or Polars frames.",
+                "features, registered datasets and tables, and namespace variables holding "
+                "models, hypotheses, feature sets, records or Polars frames.",
                 tok,
             )
         return rel
@@ -88,7 +92,7 @@ class Binder:
         b = self.aliases[ref.alias]  # type: ignore[index]
         if b.kind not in kinds:
             raise q.error(
-                f"INSPECT's {role} must come from a {' or '.join(kinds)} relation; "
+                f"INSPECT's {role} must come from a {_either(kinds)} relation; "
                 f"{ref.alias!r} is a {b.kind} relation",
                 ref.first,
                 ref.last,
@@ -100,6 +104,9 @@ class Binder:
     def columns(self, b: Bound) -> list[str]:
         if b.kind == "units":
             return list(UNIT_COLUMNS)
+        if b.kind == "features" and b.frame is None:
+            ids = b.rel.ids
+            return feature_columns([self.scope.feats[i] for i in ids] if ids else self.scope.feats)
         frame = b.frame if b.frame is not None else self.scope.frame(b.rel)
         return [c for c in frame.columns if not c.startswith("__dl_")]
 
@@ -186,6 +193,11 @@ class Binder:
             f" Known: {shown or 'none'}.",
             tok,
         )
+
+
+def _either(kinds: tuple[str, ...]) -> str:
+    """``("units", "models", "features")`` → ``"units, models or features"``."""
+    return " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
 
 
 def _numeric_compare(q: Query, ref: Ref) -> bool:

@@ -1,8 +1,9 @@
-"""The session catalog: models (checkpoints) with metadata, hypotheses, input datasets.
+"""The session catalog: models (checkpoints) with metadata, hypotheses, input datasets,
+feature sets.
 
 The catalog holds Python objects (:mod:`.entries`); :mod:`.relations` turns
 them, together with the notebook's namespace, into the relations a query reads:
-``models``, ``units``, ``hypotheses`` and ``inputs``.
+``models``, ``units``, ``hypotheses``, ``inputs`` and ``features``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ import polars as pl
 from ..errors import DNIError, did_you_mean
 from ..hypotheses import Hypothesis, HypothesisFamily, as_family
 from ..models import Model
-from .entries import CatalogContents, Dataset, HypothesisEntry, ModelEntry, source_of
+from ..resolve import is_feature_set
+from .entries import (
+    CatalogContents,
+    Dataset,
+    FeatureEntry,
+    HypothesisEntry,
+    ModelEntry,
+    source_of,
+)
 from .errors import QueryError
 from .relations import Scope
 
@@ -23,10 +32,10 @@ from .relations import Scope
 class Catalog(CatalogContents):
     """What a notebook session has registered for queries.
 
-    Models, hypotheses and datasets registered here appear in the relations
-    ``models``, ``units``, ``hypotheses`` and ``inputs``; so do the
-    :class:`~dni_lab.Model` and :func:`~dni_lab.hypothesis` objects of the
-    namespace a query runs in. Other namespace objects are reached by their
+    Models, hypotheses, datasets and feature sets registered here appear in the
+    relations ``models``, ``units``, ``hypotheses``, ``inputs`` and ``features``; so do
+    the :class:`~dni_lab.Model`, :func:`~dni_lab.hypothesis` and feature-set objects
+    of the namespace a query runs in. Other namespace objects are reached by their
     variable name in FROM.
 
     Examples
@@ -36,6 +45,7 @@ class Catalog(CatalogContents):
     ...     cat.add_model(dl.Model(net, encode, name="sqlparser"), epoch=k)
     >>> cat.add_hypothesis(keywords, source="sql grammar")              # doctest: +SKIP
     >>> cat.add_inputs(queries, "sql_test")                             # doctest: +SKIP
+    >>> cat.add_features(dl.features.load("saes/resid1"), model)        # doctest: +SKIP
     >>> dl.query("SELECT ... INSPECT ...", catalog=cat)                 # doctest: +SKIP
     """
 
@@ -100,15 +110,51 @@ class Catalog(CatalogContents):
         self.datasets[name] = ds
         return ds
 
+    def add_features(self, features: Any, model: Model | str | None = None, **meta: Any) -> Any:
+        """Register a feature set (``dl.features``) as units of a model: its latents become
+        rows of the relation ``features(mid, fid, set, hook, latent, ...)``.
+
+        Parameters
+        ----------
+        features : FeatureSet
+            The set; its ``hook`` must be an address of the model, ``d_in`` its width.
+        model : Model or str, optional
+            The model (or model name) it belongs to; None attaches it to every model in
+            scope whose hook ``features.hook`` has width ``d_in``.
+        **meta
+            Added as columns of ``features``.
+        """
+        if not is_feature_set(features):
+            raise DNIError(
+                f"add_features needs a feature set (dl.features.load, train_sae, pca, ...), "
+                f"got {type(features).__name__}."
+            )
+        mid = model.name if isinstance(model, Model) else model
+        for e in self.features:
+            if e.features is features:
+                e.mid, e.meta = mid, dict(meta)
+                return features
+            if e.features.address == features.address and e.mid == mid:
+                raise DNIError(
+                    f"a feature set named {features.address!r} is already registered"
+                    + (f" for model {mid!r}" if mid else "")
+                    + "; give this one another name (fs.name = ...)."
+                )
+        self.features.append(FeatureEntry(features, mid, dict(meta)))
+        return features
+
     def add_relation(self, name: str, frame: pl.DataFrame) -> None:
         """Register any Polars frame as a relation that queries may join and filter."""
         self.tables[name] = frame
 
     def register(self, obj: Any, name: str | None = None, **meta: Any) -> Any:
-        """Register ``obj`` by its type: a model (or a list of them), a hypothesis or family,
-        a Polars frame (needs ``name``), or a sequence of records (needs ``name``)."""
+        """Register ``obj`` by its type: a model (or a list of them), a feature set (``model=``
+        as in :meth:`add_features`), a hypothesis or family, a Polars frame (needs ``name``),
+        or a sequence of records (needs ``name``)."""
         if isinstance(obj, Model):
             return self.add_model(obj, **meta)
+        if is_feature_set(obj):  # before callables: a feature set is an nn.Module
+            return self.add_features(obj, **meta)
         if isinstance(obj, (list, tuple)) and obj and all(isinstance(m, Model) for m in obj):
             return [self.add_model(m, **meta) for m in obj]
         if isinstance(obj, HypothesisFamily) or callable(obj):
@@ -132,5 +178,6 @@ class Catalog(CatalogContents):
     def __repr__(self) -> str:
         return (
             f"<Catalog: {len(self.models)} models, {len(self.hypotheses)} hypotheses, "
-            f"{len(self.datasets)} datasets, {len(self.tables)} tables>"
+            f"{len(self.datasets)} datasets, {len(self.tables)} tables, "
+            f"{len(self.features)} feature sets>"
         )

@@ -1,4 +1,5 @@
-"""What a catalog holds: models (checkpoints), hypothesis families and input datasets.
+"""What a catalog holds: models (checkpoints), hypothesis families, input datasets and
+feature sets.
 
 :class:`~.catalog.Catalog` adds registration to these collections;
 :class:`~.relations.Scope` reads them (with a namespace) into relations. Both
@@ -38,6 +39,19 @@ class HypothesisEntry:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class FeatureEntry:
+    """A feature set (``dl.features``) and the model name it attaches to.
+
+    ``mid`` None attaches it to every model in scope that has its hook with width
+    ``d_in`` (a namespace set, or one registered without a model).
+    """
+
+    features: Any
+    mid: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(repr=False)
 class Dataset:
     """Input records under a dataset id (``did``)."""
@@ -51,7 +65,7 @@ class Dataset:
 
 
 class CatalogContents:
-    """The four collections of a catalog, keyed as the relations name them.
+    """The five collections of a catalog, keyed as the relations name them.
 
     Attributes
     ----------
@@ -63,6 +77,8 @@ class CatalogContents:
         Input records by dataset id.
     tables : dict of str to polars.DataFrame
         Any other relation, by name.
+    features : list of FeatureEntry
+        Feature sets in registration order (their latents' ``fid`` follow it).
     """
 
     def __init__(self) -> None:
@@ -70,6 +86,7 @@ class CatalogContents:
         self.hypotheses: list[HypothesisEntry] = []
         self.datasets: dict[str, Dataset] = {}
         self.tables: dict[str, pl.DataFrame] = {}
+        self.features: list[FeatureEntry] = []
 
 
 def source_of(fam: HypothesisFamily) -> str:

@@ -157,10 +157,20 @@ class QueryInspection:
     def _rename(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Engine model names back to checkpoint ids (``__dl_m``) and the models' own names."""
         mids = {n: self.grouping.scope.models[m].mid for n, m in self._names.items()}
-        return frame.with_columns(
+        frame = frame.with_columns(
             __dl_m=pl.col("mid").replace_strict(self._names, return_dtype=pl.Int64, default=None),
             mid=pl.col("mid").replace_strict(mids, return_dtype=pl.String, default=None),
         )
+        ub = self.grouping.units
+        if ub.kind != "features":
+            return frame
+        # A latent's uid depends on the sets one engine call holds; its fid does not.
+        fids = ub.frame.select(  # type: ignore[union-attr]
+            "mid", pl.col("__dl_layer").alias("layer"), pl.col("latent").alias("unit"), "fid"
+        ).unique(["mid", "layer", "unit"])
+        cols = frame.columns
+        frame = frame.join(fids, on=["mid", "layer", "unit"], how="left", maintain_order="left")
+        return frame.with_columns(uid=pl.coalesce("fid", "uid")).select(cols)
 
     def _rows(self, step: Step, frame: pl.DataFrame) -> pl.DataFrame:
         """Each group's own rows of a (possibly shared) step's frame, tagged with the group."""

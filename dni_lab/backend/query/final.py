@@ -1,7 +1,8 @@
 """After INSPECT: SELECT, HAVING, ORDER BY and LIMIT over S joined with what it came from.
 
 Each row of S (one unit × hypothesis × measure of one group) joins, one to one,
-its model's row, its unit's row and its hypothesis's row, and the grouping keys
+its model's row, its unit's row (a latent's ``features`` row: ``S.uid = F.fid``)
+and its hypothesis's row, and the grouping keys
 of every other alias. So ``M.epoch``, ``U.layer`` or ``H.family`` may be read
 in SELECT even when they are not grouping keys: each S row has one of each.
 Without aggregates HAVING filters S's rows (DeepBase flattens the groups); with
@@ -60,6 +61,10 @@ def build_final(p: Grouping) -> Final:
         u = p.units
         on = f'{qs}."mid" = {qa(u.alias)}."mid" AND {qs}."uid" = {qa(u.alias)}."uid"'
         join(u.alias, u.frame.unique(["mid", "uid"], maintain_order=True), on)  # type: ignore[union-attr]
+    if p.units.kind == "features":
+        f = p.units
+        on = f'{qs}."mid" = {qa(f.alias)}."mid" AND {qs}."uid" = {qa(f.alias)}."fid"'
+        join(f.alias, f.frame.unique(["mid", "fid"], maintain_order=True), on)  # type: ignore[union-attr]
     if p.models is not None:
         m = p.models
         frame = m.frame.unique("__dl_m", maintain_order=True)  # type: ignore[union-attr]

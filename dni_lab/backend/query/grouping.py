@@ -21,7 +21,8 @@ import polars as pl
 
 from ..measures import Measure
 from ..params import InspectParams
-from .binder import Binder, Bound
+from .binder import UNIT_KINDS, Binder, Bound
+from .features import features_frame, unit_spec
 from .nodes import Query, Span, has_top_or, split_top
 from .options import resolve_measures, resolve_options
 from .relations import Scope
@@ -82,13 +83,13 @@ def group_query(
     ins = q.inspect
     assert ins is not None
     bd = Binder(q, scope)
-    ub = bd.operand(ins.units, ("units", "models"), "units")
+    ub = bd.operand(ins.units, ("units", "models", "features"), "units")
     hb = bd.operand(ins.hyps, ("hypotheses",), "hypotheses")
     db = bd.operand(ins.inputs, ("inputs",), "inputs")
     measures = resolve_measures(q, scope)
     opts = resolve_options(q, options)
     for b in bd.aliases.values():
-        if b.kind != "units":
+        if b.kind not in UNIT_KINDS:
             b.frame = scope.frame(b.rel).with_row_index(ROW)
     keys = [bd.resolve(r, "GROUP BY") for r in q.group_by]
     conds = _conjuncts(q)
@@ -97,10 +98,10 @@ def group_query(
         text, used = bd.condition(span)
         bound.append((span, text, used or {ub.alias}))  # a constant condition still filters
     for span, _, used in bound:
-        if not any(bd.aliases[a].kind == "units" for a in used):
+        if not any(bd.aliases[a].kind in UNIT_KINDS for a in used):
             bd.check_literals(span)
     for b in bd.aliases.values():
-        if b.kind != "units":
+        if b.kind not in UNIT_KINDS:
             _filter(q, b, [(s, t) for s, t, u in bound if u == {b.alias}], engine)
     models_aliases = [b for b in bd.aliases.values() if b.kind == "models"]
     mids = None
@@ -110,15 +111,26 @@ def group_query(
     for b in bd.aliases.values():
         if b.kind == "units":
             b.frame = scope.units_frame(mids, sample).with_row_index(ROW)
+        elif b.kind == "features":
+            b.frame = features_frame(scope, b.rel.ids, mids, sample).with_row_index(ROW)
+    if ub.kind == "features" and not ub.frame.height:  # type: ignore[union-attr]
+        raise q.error(
+            f"relation {ub.rel.name!r} has no latents for the models this query chose: no "
+            "feature set is registered, or none fits their hooks. Register one with "
+            "catalog.add_features(fs, model) (or hold it in a notebook variable); it attaches "
+            "where model address fs.hook is fs.d_in wide",
+            ins.units.first,
+            ins.units.last,
+        )
     for span, _, used in bound:
-        if any(bd.aliases[a].kind == "units" for a in used):
+        if any(bd.aliases[a].kind in UNIT_KINDS for a in used):
             bd.check_literals(span)
     for b in bd.aliases.values():
-        if b.kind == "units":
+        if b.kind in UNIT_KINDS:
             _filter(q, b, [(s, t) for s, t, u in bound if u == {b.alias}], engine)
     links = [(s, t, u) for s, t, u in bound if len(u) > 1]
     mb = ub if ub.kind == "models" else None
-    if ub.kind == "units" and len(models_aliases) == 1:
+    if ub.kind in UNIT_KINDS and len(models_aliases) == 1:
         mb = models_aliases[0]
         # Units always belong to their own model; DeepBase writes M.mid = U.mid, we imply it.
         join = f'{quote_ident(mb.alias)}."mid" = {quote_ident(ub.alias)}."mid"'
@@ -223,13 +235,14 @@ def _group(p: Grouping, keys: dict, rows: dict[str, pl.DataFrame]) -> Group:
         pairs = rows[ub.alias].select(p.models.alias, ub.alias).unique()
         mframe = p.models.frame.select(ROW, "__dl_m")  # type: ignore[union-attr]
         pairs = pairs.join(mframe, left_on=p.models.alias, right_on=ROW)
-        pairs = pairs.join(ub.frame.select(ROW, "uid"), left_on=ub.alias, right_on=ROW)  # type: ignore[union-attr]
+        uid = _uid(ub)
+        pairs = pairs.join(ub.frame.select(ROW, uid), left_on=ub.alias, right_on=ROW)  # type: ignore[union-attr]
         for (m,), f in pairs.partition_by("__dl_m", as_dict=True, maintain_order=True).items():
-            units[int(m)] = np.sort(f["uid"].to_numpy())
+            units[int(m)] = np.sort(f[uid].to_numpy())
     else:
         u = _rows(ub, rows[ub.alias])
         for i, e in enumerate(scope.models):
-            uids = u.filter(pl.col("mid") == e.mid)["uid"].to_numpy()
+            uids = u.filter(pl.col("mid") == e.mid)[_uid(ub)].to_numpy()
             if len(uids):
                 units[i] = np.sort(uids)
     hyps = _triples(_rows(p.hyps, rows[p.hyps.alias]))
@@ -260,7 +273,9 @@ def _steps(p: Grouping) -> list[Step]:
         by_spec: dict[str, tuple[list[int], Any]] = {}
         for m, uids in union.items():
             spec = None if uids is None else _unit_spec(p, m, uids)
-            by_spec.setdefault(repr(spec), ([], spec))[0].append(m)
+            # a feature set's repr is not its identity: two sets may print alike
+            key = repr(spec) + repr([id(a) for g in spec or [] for a, _ in g])
+            by_spec.setdefault(key, ([], spec))[0].append(m)
         for ckpts, spec in by_spec.values():
             steps.append(Step(ckpts, spec, hyps, gs[0].records, members))
     return steps
@@ -271,9 +286,18 @@ def _triples(h: pl.DataFrame) -> list[tuple[int, str, str]]:
     return list(h.select("__dl_h", "__dl_sig", "hid").iter_rows())
 
 
+def _uid(b: Bound) -> str:
+    """The column that numbers a units relation's rows as score frames do."""
+    return "fid" if b.kind == "features" else "uid"
+
+
 def _unit_spec(p: Grouping, ckpt: int, uids: np.ndarray) -> list[Any]:
-    """One multi-layer unit group: ``[[(layer, "*" | [indices]), ...]]`` in address order."""
+    """One multi-layer unit group: ``[[(layer, "*" | [indices]), ...]]`` in address order
+    (for latents, ``[[(feature set, ...), ...]]`` in registration order)."""
     e = p.scope.models[ckpt]
+    if p.units.kind == "features":
+        f = p.units.frame.filter((pl.col("mid") == e.mid) & pl.col("fid").is_in(uids.tolist()))  # type: ignore[union-attr]
+        return unit_spec(f, p.scope)
     u = p.units.frame.filter((pl.col("mid") == e.mid) & pl.col("uid").is_in(uids.tolist()))  # type: ignore[union-attr]
     widths = p.scope.widths[e.mid]
     pairs = []

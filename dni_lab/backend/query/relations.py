@@ -3,7 +3,9 @@
 ``models(mid, epoch, architecture, trained, ...)`` has one row per checkpoint;
 ``units(mid, uid, layer, unit, layer_index)`` one row per unit of each model
 name; ``hypotheses(hid, name, family, kind, source, h, ...)`` one row per
-signal; ``inputs(did, rid, seq, length, ...)`` one row per record. Hidden
+signal; ``inputs(did, rid, seq, length, ...)`` one row per record;
+``features(mid, fid, set, hook, latent, ...)`` one row per latent of each feature
+set on each model it attaches to (:mod:`.features`). Hidden
 ``__dl_*`` columns tie rows back to Python objects and never reach the user.
 """
 
@@ -19,10 +21,19 @@ import torch
 
 from ..hypotheses import HypothesisFamily, as_family
 from ..models import Model, default_symbols
-from .entries import CatalogContents, Dataset, HypothesisEntry, ModelEntry, source_of
+from ..resolve import is_feature_set as _feature_set
+from .entries import (
+    CatalogContents,
+    Dataset,
+    FeatureEntry,
+    HypothesisEntry,
+    ModelEntry,
+    source_of,
+)
 from .errors import QueryError
+from .features import features_frame
 
-STANDARD = ("models", "units", "hypotheses", "inputs")
+STANDARD = ("models", "units", "hypotheses", "inputs", "features")
 # IPython's own bookkeeping names hold old outputs; never read them as relations.
 _SKIP = {"In", "Out", "exit", "quit", "get_ipython"}
 
@@ -31,9 +42,10 @@ _SKIP = {"In", "Out", "exit", "quit", "get_ipython"}
 class Relation:
     """A named relation: its kind, rows and (for object relations) the objects' indices.
 
-    ``kind`` is one of ``"models"``, ``"units"``, ``"hypotheses"``, ``"inputs"`` or
-    ``"table"``; ``ids`` index :attr:`Scope.models`, :attr:`Scope.hyps` or
-    :attr:`Scope.datasets`. A units relation's ``frame`` is built on demand.
+    ``kind`` is one of ``"models"``, ``"units"``, ``"hypotheses"``, ``"inputs"``,
+    ``"features"`` or ``"table"``; ``ids`` index :attr:`Scope.models`, :attr:`Scope.hyps`,
+    :attr:`Scope.datasets` or :attr:`Scope.feats`. A units or features relation's
+    ``frame`` is built on demand (it depends on the models a query chose).
     """
 
     name: str
@@ -54,17 +66,23 @@ class Scope:
         self.models: list[ModelEntry] = list(catalog.models)
         self.hyps: list[HypothesisEntry] = list(catalog.hypotheses)
         self.datasets: list[Dataset] = list(catalog.datasets.values())
+        self.feats: list[FeatureEntry] = list(getattr(catalog, "features", []))
         self.widths: dict[str, dict[str, int]] = {}  # model name -> layer widths
         for value in self.ns.values():
-            # Only lists that start with a model or hypothesis are scanned: record lists are long.
+            # Only lists that start with a model, hypothesis or feature set are scanned:
+            # record lists are long.
             many = (
-                _is_list(value) and len(value) and isinstance(value[0], (Model, HypothesisFamily))
+                _is_list(value)
+                and len(value)
+                and (isinstance(value[0], (Model, HypothesisFamily)) or is_feature_set(value[0]))
             )
             for obj in value if many else [value]:
                 if isinstance(obj, Model):
                     self.model_id(obj)
                 elif isinstance(obj, HypothesisFamily):
                     self.hyp_id(obj)
+                elif is_feature_set(obj):
+                    self.feature_id(obj)
 
     # -- object registry ---------------------------------------------------------
     def model_id(self, model: Model) -> int:
@@ -94,6 +112,15 @@ class Scope:
         self.hyps.append(HypothesisEntry(fam, source_of(fam), {}))
         return len(self.hyps) - 1
 
+    def feature_id(self, fs: Any) -> int:
+        """Index of a feature set; a namespace set not registered attaches to every model
+        in scope that has its hook."""
+        for i, e in enumerate(self.feats):
+            if e.features is fs:
+                return i
+        self.feats.append(FeatureEntry(fs))
+        return len(self.feats) - 1
+
     def dataset_id(self, did: str, records: Sequence[Any]) -> int:
         for i, d in enumerate(self.datasets):
             if d.records is records:
@@ -113,6 +140,8 @@ class Scope:
             return Relation(name, "inputs", None, list(range(len(self.catalog.datasets))))
         if name == "units":
             return Relation(name, "units", None)
+        if name == "features":
+            return Relation(name, "features", None, None)
         if name in self.catalog.tables:
             return Relation(name, "table", self.catalog.tables[name])
         if name in self.catalog.datasets:
@@ -126,6 +155,8 @@ class Scope:
             return Relation(name, "table", value)
         if items and all(isinstance(m, Model) for m in items):
             return Relation(name, "models", None, [self.model_id(m) for m in items])
+        if items and all(is_feature_set(f) for f in items):
+            return Relation(name, "features", None, [self.feature_id(f) for f in items])
         if items and all(_is_hypothesis(h) for h in items):
             return Relation(name, "hypotheses", None, [self.hyp_id(h) for h in items])
         if _is_list(value) and len(value):
@@ -135,14 +166,17 @@ class Scope:
     def names(self) -> list[str]:
         """Every name :meth:`resolve` accepts (for "did you mean")."""
         ns = [k for k, v in self.ns.items() if _is_list(v) or isinstance(v, (Model, pl.DataFrame))]
-        ns += [k for k, v in self.ns.items() if _is_hypothesis(v)]
+        ns += [k for k, v in self.ns.items() if _is_hypothesis(v) or is_feature_set(v)]
         return [*STANDARD, *self.catalog.datasets, *self.catalog.tables, *ns]
 
     # -- frames ------------------------------------------------------------------
     def frame(self, rel: Relation, mids: set[str] | None = None) -> pl.DataFrame:
-        """The rows of ``rel`` (for units: of the models named ``mids``, None for all)."""
+        """The rows of ``rel`` (for units and features: of the models named ``mids``, None
+        for all)."""
         if rel.frame is not None:
             return rel.frame
+        if rel.kind == "features":
+            return features_frame(self, rel.ids, mids)
         build = {
             "models": self._models_frame,
             "hypotheses": self._hyps_frame,
@@ -212,10 +246,15 @@ class Scope:
             )
         return pl.concat(parts)
 
+    def model_widths(self, e: ModelEntry, samples: Sequence[Any] = ()) -> dict[str, int]:
+        """Layer widths of a model name (probed once per scope)."""
+        if e.mid not in self.widths:
+            self.widths[e.mid] = self._probe(e.model, samples)
+        return self.widths[e.mid]
+
     def _units_of(self, e: ModelEntry, samples: Sequence[Any]) -> pl.DataFrame:
         model = e.model
-        widths = self._probe(model, samples)
-        self.widths[e.mid] = widths
+        widths = self.model_widths(e, samples)
         pos = {a: k for k, a in enumerate(model.positional_layers())}
         addrs = [a for a in model.addresses if widths.get(a, 0)]
         w = np.array([widths[a] for a in addrs], dtype=np.int64)
@@ -265,7 +304,18 @@ def _is_list(value: Any) -> bool:
     return isinstance(value, (list, tuple, np.ndarray)) and not isinstance(value, str)
 
 
+def is_feature_set(obj: Any) -> bool:
+    """Whether a namespace value is a feature set (an object whose attribute lookup
+    fails in another way than AttributeError is not one)."""
+    try:
+        return _feature_set(obj)
+    except Exception:
+        return False
+
+
 def _is_hypothesis(obj: Any) -> bool:
+    if is_feature_set(obj):  # an nn.Module, so callable, but never a hypothesis
+        return False
     return isinstance(obj, HypothesisFamily) or (callable(obj) and not isinstance(obj, type))
 
 
