@@ -65,8 +65,8 @@ def run(wl: Workload, records: list[Any], measures: list[str], **kw: Any) -> tup
 def run_stats(wl: Workload, records: list[Any], measures: list[str],
               **kw: Any) -> tuple[Any, float, dict[str, Any]]:  # fmt: skip
     """:func:`run` plus what the driver received (``Inspection.cluster_stats``)."""
-    from dni_lab.backend.engine import Inspection
-    from dni_lab.backend.params import InspectParams
+    from dni_lab.backend.engine.inspection import Inspection
+    from dni_lab.backend.engine.params import InspectParams
 
     t0 = time.perf_counter()
     insp = Inspection([dl.Model(wl.module, encode=wl.encode, name="sql-lstm")], wl.hypotheses,

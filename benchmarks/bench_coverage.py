@@ -44,7 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import dni_lab as dl  # noqa: E402
-from dni_lab.backend.hypotheses import as_family, evaluate_family  # noqa: E402
+from dni_lab.backend.hypothesis.hypotheses import as_family, evaluate_family  # noqa: E402
 
 MEASURES = ("corr", "logreg")
 

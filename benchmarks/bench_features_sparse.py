@@ -37,10 +37,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.results_io import write_results  # noqa: E402
-from dni_lab.backend.hypotheses import HypothesisInfo  # noqa: E402
+from dni_lab.backend.extraction.sparse_block import SparseBlock  # noqa: E402
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo  # noqa: E402
 from dni_lab.backend.measures.corr import Corr  # noqa: E402
 from dni_lab.backend.measures.diffmeans import DiffMeans  # noqa: E402
-from dni_lab.backend.sparse_block import SparseBlock  # noqa: E402
 
 N_HYPS = 8
 REF = 1024  # latents scored again in float64 as the exact reference

@@ -47,7 +47,7 @@ os.environ.setdefault("DNI_LAB_BENCH_MODEL", "standin")  # shapes matter here, n
 import dni_lab as dl  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.workload import make_model, make_records  # noqa: E402
-from dni_lab.backend.resolve import as_families  # noqa: E402
+from dni_lab.backend.engine.resolve import as_families  # noqa: E402
 
 KEYWORDS = (
     "SELECT FROM WHERE AND OR NOT IN BETWEEN LIKE ORDER BY ASC DESC GROUP HAVING LIMIT "

@@ -13,7 +13,7 @@ trained here, records of about 128 tokens. Timed, interleaved, median of
 
 * **bare**: tokenizer + the full forward pass (``GPT2LMHeadModel``, LM head included),
   what a user's own loop costs;
-* **extract_block3**: :class:`~dni_lab.backend.extract.Extractor` over every unit of
+* **extract_block3**: :class:`~dni_lab.backend.extraction.extract.Extractor` over every unit of
   ``blocks.3.hook_resid_post``: the forward pass stops after block 3;
 * **extract_block3_full**: the same with ``stop_early = False`` (runs all 12 blocks
   and the head), the cost before this change;
@@ -44,9 +44,9 @@ import torch  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
-from dni_lab.backend.extract import Extractor, symbol_mask  # noqa: E402
+from dni_lab.backend.engine.resolve import resolve_units  # noqa: E402
+from dni_lab.backend.extraction.extract import Extractor, symbol_mask  # noqa: E402
 from dni_lab.backend.hf import HFModel  # noqa: E402
-from dni_lab.backend.resolve import resolve_units  # noqa: E402
 from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
 
 WORDS = "select from where insert into values table column index join group order by".split()

@@ -13,7 +13,7 @@ machine hits both alike:
 
 * **bare**: the tokenizer and the module's forward pass, nothing else (what a
   user's own loop would cost);
-* **extract**: :class:`dni_lab.backend.extract.Extractor` over the default units
+* **extract**: :class:`dni_lab.backend.extraction.extract.Extractor` over the default units
   (the residual stream after every block): tokenizing through
   ``HFModel.encode``, hooks, gathering symbols through the attention mask,
   the finiteness check and masking.
@@ -44,9 +44,9 @@ if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses im
 import torch  # noqa: E402
 
 from benchmarks.results_io import write_results  # noqa: E402
-from dni_lab.backend.extract import Extractor, resolve_device, symbol_mask  # noqa: E402
+from dni_lab.backend.engine.resolve import resolve_units  # noqa: E402
+from dni_lab.backend.extraction.extract import Extractor, resolve_device, symbol_mask  # noqa: E402
 from dni_lab.backend.hf import HFModel  # noqa: E402
-from dni_lab.backend.resolve import resolve_units  # noqa: E402
 from hypotheses.workloads import parens  # noqa: E402
 from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
 

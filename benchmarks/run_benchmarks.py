@@ -51,9 +51,9 @@ import torch  # noqa: E402
 import dni_lab as dl  # noqa: E402
 from benchmarks import pg_baseline as pgb  # noqa: E402
 from benchmarks.workload import Workload, build_workload  # noqa: E402
-from dni_lab.backend.hypotheses import hypothesis_block  # noqa: E402
+from dni_lab.backend.engine.resolve import as_families  # noqa: E402
+from dni_lab.backend.hypothesis.hypotheses import hypothesis_block  # noqa: E402
 from dni_lab.backend.measures.base import HypothesisInfo, Measure  # noqa: E402
-from dni_lab.backend.resolve import as_families  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dni_lab.backend.hypotheses import HypothesisFamily
+from dni_lab.backend.hypothesis.hypotheses import HypothesisFamily
 
 
 @dataclass

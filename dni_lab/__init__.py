@@ -13,8 +13,11 @@ from .backend import cluster as _cluster  # noqa: F401  (installs the engine's R
 from .backend import examples, verify
 from .backend import hf as _hf  # noqa: F401  (installs Model.from_hf)
 from .backend.api import inspect
-from .backend.cache import HypothesisCache
-from .backend.engine import Progress
+from .backend.engine.frames import export, read_params
+from .backend.engine.inspection import Progress
+from .backend.engine.params import InspectParams
+from .backend.engine.provenance import PartialResultWarning, provenance
+from .backend.engine.run import Run
 from .backend.errors import (
     BehaviorError,
     CancelledError,
@@ -23,14 +26,16 @@ from .backend.errors import (
     LayerError,
     MeasureError,
 )
-from .backend.frames import export, read_params
-from .backend.hypotheses import Hypothesis, HypothesisFamily, hypothesis, hypothesis_family
+from .backend.extraction.models import Model
+from .backend.hypothesis.cache import HypothesisCache
+from .backend.hypothesis.hypotheses import (
+    Hypothesis,
+    HypothesisFamily,
+    hypothesis,
+    hypothesis_family,
+)
 from .backend.measures import Measure, MeasureResult, get_measure
-from .backend.models import Model
-from .backend.params import InspectParams
-from .backend.provenance import PartialResultWarning, provenance
 from .backend.query import Catalog, QueryError, query
-from .backend.run import Run
 
 __all__ = [
     "BehaviorError",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from dni_lab.backend.engine import Progress
+from dni_lab.backend.engine.inspection import Progress
 
 
 def demo(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from .backend.provenance import partial_note, provenance
+from .backend.engine.provenance import partial_note, provenance
 from .backend.query import QueryRun
 
 _PARTIAL = "dni_lab: {what} holds a {note}"

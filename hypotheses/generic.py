@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dni_lab.backend.errors import HypothesisError
-from dni_lab.backend.hypotheses import HypothesisFamily
+from dni_lab.backend.hypothesis.hypotheses import HypothesisFamily
 
 from .windows import SourceFamily, source_span
 

@@ -7,7 +7,7 @@ is a pixel, in row-major order, so a record has ``H * W`` symbols
 Convolutional layers that keep the ``H x W`` grid then align one activation
 per pixel with these masks.
 
-Each hypothesis is a :class:`~dni_lab.backend.hypotheses.HypothesisFamily` of one
+Each hypothesis is a :class:`~dni_lab.backend.hypothesis.hypotheses.HypothesisFamily` of one
 binary signal whose parameters enter its fingerprint; calling it returns the
 flat mask, ``mask(record)`` the ``(H, W)`` one.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dni_lab.backend.hypotheses import HypothesisFamily
+from dni_lab.backend.hypothesis.hypotheses import HypothesisFamily
 
 
 def as_array(record: Any) -> np.ndarray:

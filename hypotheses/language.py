@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dni_lab.backend.errors import HypothesisError
-from dni_lab.backend.hypotheses import HypothesisFamily
+from dni_lab.backend.hypothesis.hypotheses import HypothesisFamily
 
 Spans = Sequence[tuple[int, int]]
 _WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dni_lab.backend.hypotheses import HypothesisFamily
+from dni_lab.backend.hypothesis.hypotheses import HypothesisFamily
 
 __all__ = ["SourceFamily", "Window", "sliding_windows", "source_span"]
 

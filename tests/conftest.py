@@ -51,7 +51,7 @@ def random_records(n: int, seed: int = 0, lo: int = 4, hi: int = 24) -> list[str
 @pytest.fixture(autouse=True)
 def _isolated_caches(tmp_path, monkeypatch):
     """Every test gets its own hypothesis cache directory and a fresh default cache."""
-    import dni_lab.backend.cache as cache_mod
+    import dni_lab.backend.hypothesis.cache as cache_mod
 
     monkeypatch.setenv("DNI_LAB_CACHE", str(tmp_path / "hypcache"))
     monkeypatch.setattr(cache_mod, "DEFAULT", None)

@@ -27,8 +27,8 @@ from conftest import CharLM, encode_chars, paren, position, random_records  # no
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
-from dni_lab.backend.engine import Inspection  # noqa: E402
-from dni_lab.backend.params import InspectParams  # noqa: E402
+from dni_lab.backend.engine.inspection import Inspection  # noqa: E402
+from dni_lab.backend.engine.params import InspectParams  # noqa: E402
 
 KEYS = ["mid", "uid", "hid", "measure"]
 # Nodes whose raylet is gone are declared dead after ~2 s, not Ray's default ~30 s.

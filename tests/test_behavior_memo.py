@@ -13,7 +13,7 @@ import torch
 from conftest import CharLM, encode_chars
 
 import dni_lab as dl
-from dni_lab.backend.behavior_memo import BehaviorMemo, memo_bytes
+from dni_lab.backend.extraction.behavior_memo import BehaviorMemo, memo_bytes
 
 
 class Counting(CharLM):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import dni_lab as dl
-from dni_lab.backend.cache import HypothesisCache, block_key
-from dni_lab.backend.hypotheses import as_family, evaluate_family, hypothesis_block
+from dni_lab.backend.hypothesis.cache import HypothesisCache, block_key
+from dni_lab.backend.hypothesis.hypotheses import as_family, evaluate_family, hypothesis_block
 
 
 def test_decorator_bare_and_with_arguments():
@@ -141,7 +141,7 @@ def test_disk_store_keeps_to_its_budget_dropping_least_recently_used(tmp_path):
 
 
 def test_a_cache_directory_named_twice_is_one_cache(tmp_path):
-    from dni_lab.backend.resolve import as_cache
+    from dni_lab.backend.engine.resolve import as_cache
 
     first = as_cache(tmp_path / "c")
     assert as_cache(str(tmp_path / "c")) is first  # its memory layer serves the next call

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import dni_lab as dl
-import dni_lab.backend.cache as cache_mod
-from dni_lab.backend.cache import CacheWarning, HypothesisCache
+import dni_lab.backend.hypothesis.cache as cache_mod
+from dni_lab.backend.hypothesis.cache import CacheWarning, HypothesisCache
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES = np.arange(12, dtype=np.float32).reshape(6, 2)
@@ -248,7 +248,7 @@ def test_clear_leaves_other_writers_files_in_flight(tmp_path):
     dead.write_bytes(b"left by a crashed writer")
     old = time.time() - 2 * cache_mod.STALE_TMP_S
     os.utime(dead, (old, old))
-    code = "import sys; from dni_lab.backend.cache import HypothesisCache as C; "
+    code = "import sys; from dni_lab.backend.hypothesis.cache import HypothesisCache as C; "
     code += "C(sys.argv[1]).clear(disk=True)"
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, timeout=120)
     assert run.returncode == 0
@@ -259,7 +259,7 @@ def test_clear_leaves_other_writers_files_in_flight(tmp_path):
 WRITER = """
 import sys
 import numpy as np
-from dni_lab.backend.cache import HypothesisCache
+from dni_lab.backend.hypothesis.cache import HypothesisCache
 c = HypothesisCache(sys.argv[1])
 for i in range(int(sys.argv[2])):
     c.put("fp", str(i % 7), np.full((64, 3), i, np.float32))
@@ -269,7 +269,7 @@ print("ok")
 """
 CLEARER = """
 import sys, time
-from dni_lab.backend.cache import HypothesisCache
+from dni_lab.backend.hypothesis.cache import HypothesisCache
 c = HypothesisCache(sys.argv[1])
 end = time.time() + float(sys.argv[2])
 while time.time() < end:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dni_lab.backend.cluster.shards import InOrder, fork, forkable, merges_exactly, moved
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures import get_measure
 from dni_lab.backend.measures.corr import Corr
 
@@ -117,8 +117,8 @@ def test_in_order_buffer_releases_only_the_continued_sequence():
 
 
 def test_cluster_options_are_validated_with_a_fix():
+    from dni_lab.backend.engine.params import InspectParams
     from dni_lab.backend.errors import DNIError
-    from dni_lab.backend.params import InspectParams
 
     assert InspectParams(cluster=False).cluster is None  # one spelling of "no cluster"
     assert InspectParams(cluster="ray://head:10001", workers=3).to_metadata()["workers"] == 3

@@ -17,10 +17,10 @@ import torch
 from conftest import CharLM, encode_chars, paren, position, random_records
 
 import dni_lab as dl
-from dni_lab.backend.engine import Inspection
+from dni_lab.backend.engine.inspection import Inspection
+from dni_lab.backend.engine.params import InspectParams
 from dni_lab.backend.errors import HypothesisError
 from dni_lab.backend.measures.corr import Corr
-from dni_lab.backend.params import InspectParams
 
 ray = pytest.importorskip("ray")
 
@@ -206,7 +206,7 @@ def test_a_worker_error_surfaces_as_the_one_process_error():
 
 
 def test_a_query_runs_on_the_cluster_from_its_with_options(monkeypatch):
-    import dni_lab.backend.engine as engine
+    import dni_lab.backend.engine.inspection as engine
 
     sharded = []
     real = engine.sharded_run

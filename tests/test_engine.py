@@ -15,10 +15,10 @@ from conftest import CharLM, encode_chars, random_records
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.engine import Inspection
-from dni_lab.backend.frames import SCHEMA
+from dni_lab.backend.engine.frames import SCHEMA
+from dni_lab.backend.engine.inspection import Inspection
+from dni_lab.backend.engine.params import InspectParams
 from dni_lab.backend.measures.logreg import LogReg
-from dni_lab.backend.params import InspectParams
 
 
 def test_frame_schema_and_rows(char_model, records, hyps):
@@ -255,7 +255,7 @@ def test_data_from_arrow_tables(char_model, records, hyps):
 
 def test_data_from_pandas_series():
     pd = pytest.importorskip("pandas")
-    from dni_lab.backend.resolve import as_records
+    from dni_lab.backend.engine.resolve import as_records
 
     assert as_records(pd.Series(["ab", "cd"])) == ["ab", "cd"]
     assert as_records(pd.DataFrame({"t": ["ab", "cd"]})) == ["ab", "cd"]

@@ -11,7 +11,7 @@ from feature_sets import identity_set
 
 import dni_lab as dl
 from dni_lab import features as F
-from dni_lab.backend.extract import symbol_mask
+from dni_lab.backend.extraction.extract import symbol_mask
 from dni_lab.features.ablate import edited, matched_sets
 
 

@@ -10,7 +10,7 @@ from conftest import CharLM, encode_chars, random_records
 
 import dni_lab as dl
 from dni_lab import features as F
-from dni_lab.backend.extract import Extractor, symbol_mask
+from dni_lab.backend.extraction.extract import Extractor, symbol_mask
 from dni_lab.backend.measures.ridge import Ridge
 
 

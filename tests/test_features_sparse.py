@@ -10,10 +10,10 @@ from measure_blocks import padding_mask
 
 import dni_lab as dl
 from dni_lab import features as F
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.extraction.sparse_block import SparseBlock
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.corr import Corr
 from dni_lab.backend.measures.diffmeans import DiffMeans
-from dni_lab.backend.sparse_block import SparseBlock
 
 D, K, NH = 200, 6, 3
 INFO = [HypothesisInfo("b0", "binary"), HypothesisInfo("b1", "binary"),

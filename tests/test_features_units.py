@@ -11,8 +11,8 @@ from torch import nn
 
 import dni_lab as dl
 from dni_lab import features as F
+from dni_lab.backend.engine.frames import SCHEMA
 from dni_lab.backend.errors import LayerError
-from dni_lab.backend.frames import SCHEMA
 
 
 def topk_set(d_in: int = 12, d_sae: int = 32, k: int = 6, hook: str = "lstm", seed: int = 0):
@@ -135,8 +135,8 @@ def test_a_feature_set_on_a_transformer_hook_name(records):
     assert set(f["layer"]) == {"blocks.1.hook_resid_post:sae"} and f.height == 64
     assert f["unit_score"].is_not_null().sum() > 3
     # the extractor's latents are the hook's activations (TransformerLens name) encoded
-    from dni_lab.backend.extract import Extractor, symbol_mask
-    from dni_lab.backend.resolve import resolve_units
+    from dni_lab.backend.engine.resolve import resolve_units
+    from dni_lab.backend.extraction.extract import Extractor, symbol_mask
 
     cpu = torch.device("cpu")
     mu = resolve_units(model, [[(fs, "*")]], data[:2], cpu)

@@ -15,9 +15,13 @@ import pytest
 import torch
 
 import dni_lab as dl
-import dni_lab.backend.fingerprint_code as fpc
-from dni_lab.backend.fingerprint import FingerprintWarning, NotFingerprintable, fingerprint_of
-from dni_lab.backend.hypotheses import as_family
+import dni_lab.backend.hypothesis.fingerprint_code as fpc
+from dni_lab.backend.hypothesis.fingerprint import (
+    FingerprintWarning,
+    NotFingerprintable,
+    fingerprint_of,
+)
+from dni_lab.backend.hypothesis.hypotheses import as_family
 
 REPO = Path(__file__).resolve().parents[1]
 THRESHOLD = 0.5  # read by `above`: a module global the fingerprint must cover
@@ -264,7 +268,7 @@ def test_fingerprints_survive_a_restart(tmp_path):
         """
         import sys
         sys.path.insert(0, sys.argv[1])
-        from dni_lab.backend.hypotheses import as_family
+        from dni_lab.backend.hypothesis.hypotheses import as_family
         from hypotheses.grammars import sql
         ns = {}
         exec("def h(r):\\n    return [float(c in S) for c in r]\\n", ns)

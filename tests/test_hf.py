@@ -12,7 +12,7 @@ import torch
 
 import dni_lab as dl
 from dni_lab.backend.errors import LayerError
-from dni_lab.backend.extract import on_device
+from dni_lab.backend.extraction.extract import on_device
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -339,7 +339,7 @@ def test_gradient_behavior_reads_symbols_not_positions(gpt2):
 
 
 def test_behavior_source_reads_tokens_and_aligned_signals(gpt2):
-    from dni_lab.backend.behaviors import BehaviorSource
+    from dni_lab.backend.extraction.behaviors import BehaviorSource
 
     module, tok = gpt2
     gm = HFModel(module, _clone_tok(tok, "left"), name="gpt2")

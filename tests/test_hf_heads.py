@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import dni_lab as dl
-from dni_lab.backend.behaviors import layer_plan, symbol_activations
-from dni_lab.backend.extract import on_device
+from dni_lab.backend.extraction.behaviors import layer_plan, symbol_activations
+from dni_lab.backend.extraction.extract import on_device
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")

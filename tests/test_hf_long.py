@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import dni_lab as dl
-from dni_lab.backend.behaviors import layer_plan, symbol_activations
 from dni_lab.backend.errors import DNIError
-from dni_lab.backend.extract import on_device
+from dni_lab.backend.extraction.behaviors import layer_plan, symbol_activations
+from dni_lab.backend.extraction.extract import on_device
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -240,7 +240,7 @@ def test_a_device_map_model_is_never_moved_and_reads_the_same(gpt2, tmp_path):
     f = dl.inspect(m, [keyword], data=data, eps=None, device="cpu", cache=False)
     assert f.height == 2 * 32 and calls == []
     # offloaded weights are hashed from where accelerate keeps them
-    from dni_lab.backend.provenance import weights_sha256
+    from dni_lab.backend.engine.provenance import weights_sha256
 
     assert dl.provenance(f)["weights_sha256"]["placed"] == weights_sha256(module)
 

@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from dni_lab.backend.hf import AlignedFamily, HFModel, pool_spans  # noqa: E402
-from dni_lab.backend.hypotheses import evaluate_family  # noqa: E402
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family  # noqa: E402
 from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
 
 CORPUS = ["select a from tab", "where x = b", "insert into tab values a b"] * 4

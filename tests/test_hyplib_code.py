@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses import code as C
 from hypotheses.code import SIGNALS, CodeFamily, code_signals, lex
 from hypotheses.windows import sliding_windows

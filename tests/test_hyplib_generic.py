@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses import (
     CharClassFamily,
     InsideFamily,

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses import gridworld as gw
 from hypotheses.images import n_pixels
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses.images import (
     Box,
     BoxAround,

@@ -8,7 +8,7 @@ import pytest
 from nltk.tag import RegexpTagger
 
 from dni_lab.backend.errors import HypothesisError
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses import language as L
 from hypotheses.language import (
     UNIVERSAL,

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from dni_lab.backend.hypotheses import evaluate_family
+from dni_lab.backend.hypothesis.hypotheses import evaluate_family
 from hypotheses import GrammarError, ParseTreeFamily, ShiftReduceFamily, Window
 from hypotheses.grammars import arith, boolean, parens, sql
 from hypotheses.parsing import get_parser

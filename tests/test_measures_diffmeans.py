@@ -7,7 +7,7 @@ import pytest
 import torch
 from measure_blocks import fold, make_blocks
 
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.diffmeans import DiffMeans
 
 NU = 5

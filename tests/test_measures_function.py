@@ -10,7 +10,7 @@ import torch
 from measure_blocks import fold, make_blocks
 
 from dni_lab.backend.errors import MeasureError
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures._common import SymbolMeasure
 from dni_lab.backend.measures.base import Measure, StateShape
 from dni_lab.backend.measures.function import FunctionMeasure

@@ -10,7 +10,7 @@ import torch
 from measure_blocks import fold, make_blocks
 
 import dni_lab.backend.measures.iou as iou_mod
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.iou import IoU, LocalIoU
 
 NU = 5

@@ -12,7 +12,7 @@ from sklearn.metrics import mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
 import dni_lab.backend.measures.mi as mi_mod
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.mi import MutualInformation
 
 NU = 5

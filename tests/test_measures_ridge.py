@@ -10,7 +10,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.linear_model import Ridge as SkRidge
 from sklearn.metrics import r2_score
 
-from dni_lab.backend.hypotheses import HypothesisInfo
+from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures.ridge import Ridge
 
 NU = 6

@@ -9,7 +9,7 @@ from conftest import CharLM, encode_chars, random_records
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.extract import Extractor, resolve_device, symbol_mask
+from dni_lab.backend.extraction.extract import Extractor, resolve_device, symbol_mask
 
 
 def extract(model, records, plan, behavior="activation"):

@@ -18,7 +18,7 @@ from query_workloads import (  # noqa: F401  (one_thread: an autouse fixture)
 )
 
 import dni_lab as dl
-from dni_lab.backend.provenance import PartialResultWarning, ending, partial_note
+from dni_lab.backend.engine.provenance import PartialResultWarning, ending, partial_note
 from dni_lab.backend.query import QueryRun
 from dni_lab.widgets.table import ScoreTable, progress_line
 

@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 from query_workloads import one_thread  # noqa: F401  (an autouse fixture)
 
 import dni_lab as dl
-from dni_lab.backend.frames import SCHEMA
+from dni_lab.backend.engine.frames import SCHEMA
 from dni_lab.backend.query import QueryRun
 
 FROM = "FROM models M, units U, hypotheses H, inputs D"

@@ -84,10 +84,12 @@ class Cited:
 
 
 ALLOWED: dict[str, Result | Setting | Cited] = {
-    "95%": Setting("dni_lab/backend/params.py", "confidence: float = 0.95", 0.01),
-    "0.5%": Setting("dni_lab/backend/engine.py", "LEAVE_OPEN = 0.005", 0.01),
-    "4 GiB": Setting("dni_lab/backend/cache_budget.py", '"DNI_LAB_CACHE_MAX_GB", "4"'),
-    "64 MiB": Setting("dni_lab/backend/behavior_memo.py", '"DNI_LAB_BEHAVIOR_MEMO_MB", "64"'),
+    "95%": Setting("dni_lab/backend/engine/params.py", "confidence: float = 0.95", 0.01),
+    "0.5%": Setting("dni_lab/backend/engine/inspection.py", "LEAVE_OPEN = 0.005", 0.01),
+    "4 GiB": Setting("dni_lab/backend/hypothesis/cache_budget.py", '"DNI_LAB_CACHE_MAX_GB", "4"'),
+    "64 MiB": Setting(
+        "dni_lab/backend/extraction/behavior_memo.py", '"DNI_LAB_BEHAVIOR_MEMO_MB", "64"'
+    ),
     "2 s": Setting("dni_lab/backend/cluster/connect.py", "CONNECT_TIMEOUT_S = 2.0"),
     "99%": Cited("Luigi"),  # the findings table's "the paper's finding" column
 }

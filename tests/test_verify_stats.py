@@ -13,7 +13,7 @@ from scipy import stats
 from specialized import hypothesis, one_thread, records, specialized
 
 import dni_lab as dl
-from dni_lab.backend.frames import SCHEMA
+from dni_lab.backend.engine.frames import SCHEMA
 
 N_NOISE = 40
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.extract import Extractor, symbol_mask
+from dni_lab.backend.extraction.extract import Extractor, symbol_mask
 from dni_lab.widgets import ImageOverlay, TextOverlay, selection_key
 from dni_lab.widgets.image_overlay import to_rgb
 

@@ -8,11 +8,11 @@ from typing import Any
 import polars as pl
 import torch
 
-from .cache import HypothesisCache
-from .engine import Inspection
-from .params import InspectParams
-from .progress_bar import with_bar
-from .run import Run, run_here, start_run
+from .engine.inspection import Inspection
+from .engine.params import InspectParams
+from .engine.progress_bar import with_bar
+from .engine.run import Run, run_here, start_run
+from .hypothesis.cache import HypothesisCache
 
 
 def inspect(
@@ -104,7 +104,7 @@ def inspect(
 
     See Also
     --------
-    dni_lab.backend.params.InspectParams : the validated run options.
+    dni_lab.backend.engine.params.InspectParams : the validated run options.
     """
     params = InspectParams(
         eps=eps,

@@ -19,10 +19,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from ..backend.behaviors import batches
 from ..backend.errors import DNIError
-from ..backend.extract import on_device, resolve_device
-from ..backend.models import Model
+from ..backend.extraction.behaviors import batches
+from ..backend.extraction.extract import on_device, resolve_device
+from ..backend.extraction.models import Model
 from ..backend.verify.ablate import next_symbol_accuracy
 from ..backend.verify.common import Verification, compare_sets, forward_output
 from .base import FeatureSet

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from ..backend.models import Model
+from ..backend.extraction.models import Model
 from .base import FeatureSet
 from .summary import summarize
 

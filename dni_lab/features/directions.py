@@ -18,8 +18,8 @@ import polars as pl
 import torch
 
 from ..backend.errors import DNIError
-from ..backend.extract import on_device, resolve_device
-from ..backend.models import Model
+from ..backend.extraction.extract import on_device, resolve_device
+from ..backend.extraction.models import Model
 from .base import FeatureSet
 from .quality import activations
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..backend.errors import DNIError
-from ..backend.extract import Extractor, on_device, resolve_device, symbol_mask
-from ..backend.models import Model, to_device
+from ..backend.extraction.extract import Extractor, on_device, resolve_device, symbol_mask
+from ..backend.extraction.models import Model, to_device
 from .base import FeatureSet
 
 _F64 = torch.float64

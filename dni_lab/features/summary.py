@@ -19,9 +19,9 @@ import polars as pl
 import torch
 
 from ..backend.errors import DNIError
-from ..backend.extract import Extractor, on_device, resolve_device, symbol_mask
-from ..backend.hypotheses import for_model, hypothesis_block
-from ..backend.models import Model
+from ..backend.extraction.extract import Extractor, on_device, resolve_device, symbol_mask
+from ..backend.extraction.models import Model
+from ..backend.hypothesis.hypotheses import for_model, hypothesis_block
 from ..backend.verify.common import single_signal, symbols_of
 from .base import FeatureSet
 from .quality import blocks, hook_address

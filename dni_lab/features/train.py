@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ..backend.errors import DNIError
-from ..backend.extract import on_device, resolve_device
-from ..backend.models import Model
+from ..backend.extraction.extract import on_device, resolve_device
+from ..backend.extraction.models import Model
 from .formats.saelens import save
 from .quality import Quality, activations, evaluate
 from .topk import TopKSAE, topk_relu

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..backend.behaviors import (
+from ..backend.extraction.behaviors import (
     BehaviorSource,
     as_family,
     as_model_map,

@@ -15,7 +15,7 @@ from ._paging import n_pages
 class PagedOverlay(Panel):
     """A panel that shows one page of records, ordered by a unit's peak activation.
 
-    Subclasses hold ``source`` (a :class:`~dni_lab.backend.behaviors.BehaviorSource`),
+    Subclasses hold ``source`` (a :class:`~dni_lab.backend.extraction.behaviors.BehaviorSource`),
     the traits ``_order``, ``_page_index``, ``page_size`` and ``_layout``, and
     implement ``_compute()`` for the visible page. They set what ``_compute``
     needs before calling ``super().__init__``, which draws the first page.

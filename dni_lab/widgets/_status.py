@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend.run import Run
+from ..backend.engine.run import Run
 
 #: What the live table of a query shows, said in its header.
 QUERY_NOTE = (

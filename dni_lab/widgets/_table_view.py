@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ..backend.run import Run
+from ..backend.engine.run import Run
 from ._paging import n_pages, page_payload, row_keys
 from ._status import run_status
 

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import traitlets
 
-from ..backend.run import Run
+from ..backend.engine.run import Run
 from ._base import Snapshots, as_selection, link_selection, selection_key
 from ._behavior import feature_sets_in
 from .image_overlay import ImageOverlay

@@ -7,7 +7,7 @@ wide frames, or front ends that cannot render anywidget panels).
 
 from __future__ import annotations
 
-from ..backend.run import Run
+from ..backend.engine.run import Run
 
 
 def progress_text(run: Run) -> str:

@@ -9,9 +9,9 @@ import polars as pl
 import traitlets
 
 from ..backend.api import inspect
+from ..backend.engine.run import Run
 from ..backend.measures import REGISTRY
 from ..backend.query.subset import select_signals
-from ..backend.run import Run
 from ._base import Panel, esm
 from ._behavior import as_family, as_model_map
 from .table import ScoreTable

@@ -11,8 +11,8 @@ from typing import Any
 import polars as pl
 import traitlets
 
-from ..backend.frames import export as export_frame
-from ..backend.run import Run
+from ..backend.engine.frames import export as export_frame
+from ..backend.engine.run import Run
 from ._base import Panel, as_selection, esm, selection_key
 from ._paging import apply_filter, apply_sort, next_sort, row_keys
 from ._status import QUERY_NOTE, progress_line

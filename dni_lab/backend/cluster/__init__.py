@@ -6,7 +6,7 @@ folds a shard into fresh states, ``driver`` deals shards and merges the states i
 record order, and ``connect`` finds (or starts) the Ray to run on.
 """
 
-from .. import engine as _engine
+from ..engine import inspection as _engine
 from . import connect as _connect
 from .driver import forget_workers, run_sharded
 

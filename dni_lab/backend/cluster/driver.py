@@ -1,7 +1,7 @@
 """The driver: deal shards to worker actors, merge their states in order, stop early.
 
 The driver runs the single-process loop's bookkeeping on an
-:class:`~dni_lab.backend.engine.Inspection` (progress, convergence, the live frame,
+:class:`~dni_lab.backend.engine.inspection.Inspection` (progress, convergence, the live frame,
 ``on_block`` callbacks, cancel) but never runs a model after the first block's unit
 resolution. Shards are dealt ahead (two per worker) so workers never wait for the
 driver; a result is merged only when every earlier shard has been, so early stopping
@@ -21,10 +21,10 @@ from typing import Any
 import polars as pl
 import torch
 
-from ..engine import Inspection
+from ..engine.inspection import Inspection
+from ..engine.provenance import RecordsHash
 from ..errors import DNIError
 from ..measures.base import stop_check
-from ..provenance import RecordsHash
 from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape

@@ -99,7 +99,7 @@ def sharded_activations(
 def _null_hits_shard(null_hits: Any, blocks: list[tuple], sizes: list[int], first: int,
                      stop: int, alternative: str, target: Any, info: list[Any], seed: int,
                      device: Any) -> Any:  # fmt: skip
-    from ..extract import resolve_device
+    from ..extraction.extract import resolve_device
     from .shards import moved
 
     dev = resolve_device(device)

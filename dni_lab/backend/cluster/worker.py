@@ -4,7 +4,7 @@ An actor outlives a run (starting a Python with torch costs seconds per worker, 
 notebook runs many queries): every shard names its run's :class:`Plan` by reference,
 and the actor builds that run's inspection the first time it sees the plan. This also
 makes a restarted actor (after its process died) able to read the shard it is retried
-with. For a plan, a worker holds an :class:`~dni_lab.backend.engine.Inspection` of its
+with. For a plan, a worker holds an :class:`~dni_lab.backend.engine.inspection.Inspection` of its
 own, built from the same models, hypotheses, measures, units and parameters as the
 driver's, so that it lays out its measure states in the driver's order and folds a
 block with the very code the single-process loop runs (:meth:`Inspection._read`).
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..cache import HypothesisCache
-from ..engine import Inspection
-from ..extract import on_device
-from ..params import InspectParams
+from ..engine.inspection import Inspection
+from ..engine.params import InspectParams
+from ..extraction.extract import on_device
+from ..hypothesis.cache import HypothesisCache
 from .shards import Deferred, merges_exactly, moved
 
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..behaviors import address_and_width, check_units, features_of, symbol_activations
 from ..errors import DNIError
-from ..extract import on_device, resolve_device
+from ..extraction.behaviors import address_and_width, check_units, features_of, symbol_activations
+from ..extraction.extract import on_device, resolve_device
 
 SYMBOL_AGGS = ("max", "mean", "last")
 

@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import block_key
+from ..engine.params import check_workers
+from ..engine.provenance import weights_sha256
 from ..errors import DNIError
-from ..models import Model
-from ..params import check_workers
-from ..provenance import weights_sha256
+from ..extraction.models import Model
+from ..hypothesis.cache import block_key
 from .acts import Activations
 from .index_file import ARRAYS, LEARNED, PARAMS, load_index, save_index
 
@@ -122,7 +122,7 @@ class NeuronIndex:
     ) -> NeuronIndex:
         """Build from precomputed ``(records, units)`` activations (what :meth:`fit` extracts).
 
-        ``weights`` is the :func:`~dni_lab.backend.provenance.weights_sha256` of the
+        ``weights`` is the :func:`~dni_lab.backend.engine.provenance.weights_sha256` of the
         model that computed ``acts``; queries with other weights are refused.
         """
         N, D = acts.shape

@@ -28,10 +28,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from ..behaviors import check_units
+from ..engine.params import keyword_options
 from ..errors import DNIError
-from ..models import Model
-from ..params import keyword_options
+from ..extraction.behaviors import check_units
+from ..extraction.models import Model
 from .acts import Activations, choice
 from .nta import nta_knn, nta_topk
 from .scoring import best, distances, group_score

@@ -1,6 +1,6 @@
 """Hugging Face transformers as inspectable models (``dni_lab[hf]``)."""
 
-from ..models import ADAPTERS
+from ..extraction.models import ADAPTERS
 from .align import AlignedFamily, pool_spans
 from .attention import has_target
 from .model import HFModel, tokenizer_hash

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import HypothesisError
-from ..hypotheses import HypothesisFamily, evaluate_family
+from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family
 
 POOLS = ("first", "last", "mean", "any")
 DEFAULT_POOL = {"binary": "any", "continuous": "mean", "categorical": "first"}

@@ -47,7 +47,7 @@ def targets(pair: Pair, record: str, n: int, name: str) -> torch.Tensor:
 
 def has_target(pair: Pair, name: str | None = None) -> Any:
     """The binary hypothesis "this token has a target" for ``pair``, one value per token."""
-    from ..hypotheses import hypothesis
+    from ..hypothesis.hypotheses import hypothesis
 
     def fn(record: str) -> list[float]:
         return [0.0 if j is None else 1.0 for j in pair(record)]

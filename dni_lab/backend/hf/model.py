@@ -1,4 +1,4 @@
-"""Hugging Face models as :class:`~dni_lab.backend.models.Model`: tokens are the symbols.
+"""Hugging Face models as :class:`~dni_lab.backend.extraction.models.Model`: tokens are the symbols.
 
 ``HFModel(module, tokenizer)`` tokenizes records itself and reads every hidden
 state through the attention mask: symbol ``t`` of a record is its ``t``-th
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
-from ..models import Model, to_device
+from ..extraction.models import Model, to_device
 from . import attention, capture, encoding, hooks, names
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import MeasureError, did_you_mean
-from ..hypotheses import HypothesisInfo
+from ..hypothesis.hypotheses import HypothesisInfo
 from .base import Measure, MeasureResult
 
 # name -> (module, class); imported lazily so one measure's import cost is not everyone's.

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..hypotheses import HypothesisInfo
+from ..hypothesis.hypotheses import HypothesisInfo
 from .base import Measure, MeasureResult, kind_mask
 
 F64 = torch.float64

@@ -24,7 +24,7 @@ import torch
 
 # HypothesisInfo and KINDS describe hypotheses and live there; they are re-exported
 # because measure modules (and user measures) long imported them from here.
-from ..hypotheses import KINDS, HypothesisInfo
+from ..hypothesis.hypotheses import KINDS, HypothesisInfo
 
 __all__ = [
     "KINDS",

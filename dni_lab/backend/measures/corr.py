@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from scipy.special import stdtrit
 
-from ..sparse_block import SparseBlock
+from ..extraction.sparse_block import SparseBlock
 from .base import HypothesisInfo, Measure, MeasureResult, kind_mask
 
 _F64 = torch.float64

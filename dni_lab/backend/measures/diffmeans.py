@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..hypotheses import HypothesisInfo
-from ..sparse_block import SparseBlock
+from ..extraction.sparse_block import SparseBlock
+from ..hypothesis.hypotheses import HypothesisInfo
 from ._common import (
     F64,
     SymbolMeasure,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import MeasureError
-from ..hypotheses import HypothesisInfo
+from ..hypothesis.hypotheses import HypothesisInfo
 from ._common import SymbolMeasure, finish, new_reasons, opening_reasons, set_reason
 from .base import MeasureResult, StateShape
 

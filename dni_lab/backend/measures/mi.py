@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..hypotheses import HypothesisInfo
+from ..hypothesis.hypotheses import HypothesisInfo
 from ._common import CHUNK_BYTES, F64, SymbolMeasure, finish, opening_reasons, set_reason
 from .base import MeasureResult, StateShape
 

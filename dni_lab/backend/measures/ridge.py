@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..hypotheses import HypothesisInfo
+from ..hypothesis.hypotheses import HypothesisInfo
 from ._common import F64, SymbolMeasure, finish, is_constant, opening_reasons, set_reason
 from .base import MeasureResult, StateShape
 

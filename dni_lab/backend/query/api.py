@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ..run import run_here
+from ..engine.run import run_here
 from .catalog import Catalog
 from .execute import QueryInspection, QueryRun
 from .final import build_final

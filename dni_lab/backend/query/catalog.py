@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from ..engine.resolve import is_feature_set
 from ..errors import DNIError, did_you_mean
-from ..hypotheses import Hypothesis, HypothesisFamily, as_family
-from ..models import Model
-from ..resolve import is_feature_set
+from ..extraction.models import Model
+from ..hypothesis.hypotheses import Hypothesis, HypothesisFamily, as_family
 from .entries import (
     CatalogContents,
     Dataset,

@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from ..hypotheses import HypothesisFamily
-from ..models import Model
+from ..extraction.models import Model
+from ..hypothesis.hypotheses import HypothesisFamily
 
 
 @dataclass

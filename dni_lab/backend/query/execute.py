@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..engine import Inspection, Progress
-from ..frames import SCHEMA, empty_frame
-from ..hypotheses import HypothesisFamily
-from ..provenance import attach, ending, merge_records, provenance
-from ..run import Run
+from ..engine.frames import SCHEMA, empty_frame
+from ..engine.inspection import Inspection, Progress
+from ..engine.provenance import attach, ending, merge_records, provenance
+from ..engine.run import Run
+from ..hypothesis.hypotheses import HypothesisFamily
 from .final import Final
 from .grouping import Grouping, Step
 from .sql import RelationalEngine

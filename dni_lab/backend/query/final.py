@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from ..engine.frames import SCHEMA
 from ..errors import did_you_mean
-from ..frames import SCHEMA
 from .grouping import Grouping
 from .nodes import Query, Span, has_aggregate, scan_refs, split_top
 from .sql import RelationalEngine, SQLEngineError

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..engine.params import InspectParams
 from ..measures import Measure
-from ..params import InspectParams
 from .binder import UNIT_KINDS, Binder, Bound
 from .features import features_frame, unit_spec
 from .nodes import Query, Span, has_top_or, split_top

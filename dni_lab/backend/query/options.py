@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.params import InspectParams, problem
 from ..errors import did_you_mean
 from ..measures import REGISTRY, Measure, get_measure, measure_class
-from ..params import InspectParams, problem
 from .nodes import Query
 from .relations import Scope
 

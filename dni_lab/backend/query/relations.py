@@ -19,9 +19,9 @@ import numpy as np
 import polars as pl
 import torch
 
-from ..hypotheses import HypothesisFamily, as_family
-from ..models import Model, default_symbols
-from ..resolve import is_feature_set as _feature_set
+from ..engine.resolve import is_feature_set as _feature_set
+from ..extraction.models import Model, default_symbols
+from ..hypothesis.hypotheses import HypothesisFamily, as_family
 from .entries import (
     CatalogContents,
     Dataset,

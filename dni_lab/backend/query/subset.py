@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hypotheses import HypothesisFamily
+from ..hypothesis.hypotheses import HypothesisFamily
 
 
 class SubsetFamily(HypothesisFamily):

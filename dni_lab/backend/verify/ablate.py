@@ -19,11 +19,11 @@ import polars as pl
 import torch
 
 from .. import api
+from ..engine.params import keyword_options
 from ..errors import DNIError
-from ..extract import on_device, resolve_device
-from ..hypotheses import for_model, hypothesis_block
-from ..models import Model
-from ..params import keyword_options
+from ..extraction.extract import on_device, resolve_device
+from ..extraction.models import Model
+from ..hypothesis.hypotheses import for_model, hypothesis_block
 from .common import (
     RandomSetOptions,
     RandomSets,

@@ -15,17 +15,17 @@ import numpy as np
 import polars as pl
 import torch
 
-from ..behaviors import (  # noqa: F401  re-exported: verify's modules import them from here
+from ..errors import HypothesisError
+from ..extraction.behaviors import (  # noqa: F401  re-exported: verify's modules import them from here
     address_and_width,
     batches,
     check_units,
     layer_plan,
     symbol_activations,
 )
-from ..errors import HypothesisError
-from ..extract import to_device
-from ..hypotheses import HypothesisFamily, as_family, evaluate_family
-from ..models import Model, _first_tensor
+from ..extraction.extract import to_device
+from ..extraction.models import Model, _first_tensor
+from ..hypothesis.hypotheses import HypothesisFamily, as_family, evaluate_family
 
 
 class RandomSetOptions(TypedDict, total=False):

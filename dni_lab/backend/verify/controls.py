@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from .. import api
-from ..hypotheses import HypothesisFamily
+from ..extraction.models import Model
+from ..hypothesis.hypotheses import HypothesisFamily
 from ..measures import get_measure
-from ..models import Model
 from .common import Verification, signal_of, single_signal, symbols_of
 
 

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from ..errors import LayerError
+from ..extraction.models import Model
 from ..hf.names import reads_input
-from ..models import Model
 
 _CELLS = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell}
 

@@ -16,8 +16,8 @@ import polars as pl
 import torch
 
 from ..errors import DNIError, HypothesisError
-from ..extract import on_device, resolve_device
-from ..models import Model
+from ..extraction.extract import on_device, resolve_device
+from ..extraction.models import Model
 from .common import (
     Verification,
     address_and_width,

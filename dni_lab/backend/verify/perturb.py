@@ -25,10 +25,10 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..engine.params import keyword_options
 from ..errors import DNIError, HypothesisError
-from ..extract import on_device, resolve_device
-from ..models import Model
-from ..params import keyword_options
+from ..extraction.extract import on_device, resolve_device
+from ..extraction.models import Model
 from .common import (
     RandomSetOptions,
     RandomSets,

@@ -25,14 +25,14 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..engine.frames import score_rows
+from ..engine.params import check_workers
+from ..engine.resolve import as_families, normalize_units, resolve_units
 from ..errors import DNIError
-from ..extract import Extractor, on_device, resolve_device, symbol_mask
-from ..frames import score_rows
-from ..hypotheses import for_model, hypothesis_block
+from ..extraction.extract import Extractor, on_device, resolve_device, symbol_mask
+from ..extraction.models import Model
+from ..hypothesis.hypotheses import for_model, hypothesis_block
 from ..measures.corr import Corr
-from ..models import Model
-from ..params import check_workers
-from ..resolve import as_families, normalize_units, resolve_units
 from .common import batches
 
 #: Bytes of one chunk of permuted hypothesis columns.

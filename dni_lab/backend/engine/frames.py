@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .measures.base import MeasureResult
+from ..measures.base import MeasureResult
 from .params import InspectParams
 
 SCHEMA: dict[str, pl.DataType] = {

@@ -1,6 +1,6 @@
 """What a fingerprint knows about code: bytecode hashes, where a module comes from, file hashes.
 
-Helpers of :mod:`~dni_lab.backend.fingerprint`. A code object's hash leaves out
+Helpers of :mod:`~dni_lab.backend.hypothesis.fingerprint`. A code object's hash leaves out
 its file name and line numbers (moving a function does not change what it
 computes) and is memoised weakly per code object: it cannot change. A module is
 *own* (dni_lab: hashed by its file's text, read once per process), *library*

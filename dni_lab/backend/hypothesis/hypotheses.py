@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import HypothesisError
+from ..errors import HypothesisError
 from .fingerprint import family_fingerprint
 
 KINDS = ("binary", "continuous", "categorical")
@@ -101,7 +101,7 @@ class HypothesisFamily:
 
         Covers the class's code and what it reads (module globals, helpers, the
         modules it imports) and :meth:`get_params` by value; see
-        :mod:`~dni_lab.backend.fingerprint`.
+        :mod:`~dni_lab.backend.hypothesis.fingerprint`.
         """
         return family_fingerprint(self)
 

@@ -1,6 +1,6 @@
 """How an inspection reads its data: one frozen, validated parameters object.
 
-``dl.inspect``'s keywords, the engine's :class:`~dni_lab.backend.engine.Inspection`,
+``dl.inspect``'s keywords, the engine's :class:`~dni_lab.backend.engine.inspection.Inspection`,
 the ``WITH (...)`` options of an INSPECT query and the metadata stored with an
 exported score frame all go through :class:`InspectParams`, so a value is checked
 once, by one rule, with one message.
@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from .cache import HypothesisCache
-from .errors import DNIError
+from ..errors import DNIError
+from ..hypothesis.cache import HypothesisCache
 
 
 def _number(v: Any) -> bool:

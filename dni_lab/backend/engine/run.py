@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Protocol
 
 import polars as pl
 
-from .engine import Inspection, Progress
-from .errors import CancelledError
+from ..errors import CancelledError
+from .inspection import Inspection, Progress
 from .provenance import PartialResultWarning, partial_note, provenance
 
 

@@ -14,12 +14,13 @@ import numpy as np
 import polars as pl
 import torch
 
-from .cache import block_key
-from .errors import DNIError, HypothesisError
-from .extract import Extractor, Padding, on_device, resolve_device
+from ..errors import DNIError, HypothesisError
+from ..extraction.extract import Extractor, Padding, on_device, resolve_device
+from ..extraction.sparse_block import SparseBlock
+from ..hypothesis.cache import block_key
+from ..hypothesis.hypotheses import BlockCancelled, for_model, hypothesis_block
+from ..measures.base import stop_check
 from .frames import empty_frame
-from .hypotheses import BlockCancelled, for_model, hypothesis_block
-from .measures.base import stop_check
 from .params import InspectParams
 from .provenance import RecordsHash, attach, ending, features_sha256, versions, weights_sha256
 from .resolve import (
@@ -34,7 +35,6 @@ from .resolve import (
     resolve_units,
     units_of,
 )
-from .sparse_block import SparseBlock
 from .states import MeasureState
 
 #: Records after which a pair whose score is still null (constant so far) counts as settled.

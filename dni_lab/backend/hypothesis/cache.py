@@ -2,7 +2,7 @@
 
 An entry holds one hypothesis family's signals over one block of records,
 keyed by the family's fingerprint (its code and everything that code reads,
-see :mod:`~dni_lab.backend.fingerprint`) and a content hash of the block.
+see :mod:`~dni_lab.backend.hypothesis.fingerprint`) and a content hash of the block.
 Re-running the same hypotheses over the same data with another model (another
 checkpoint, an untrained copy) reads the entries instead of calling the
 hypothesis functions again.
@@ -119,7 +119,7 @@ class HypothesisCache:
         Bound on the in-memory LRU (64 MiB by default).
     max_disk_bytes : int
         Bound on the disk store (4 GiB, or ``$DNI_LAB_CACHE_MAX_GB``); least recently
-        used entries are removed past it (see :mod:`~dni_lab.backend.cache_budget`).
+        used entries are removed past it (see :mod:`~dni_lab.backend.hypothesis.cache_budget`).
 
     Attributes
     ----------

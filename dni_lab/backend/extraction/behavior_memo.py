@@ -5,7 +5,7 @@ In a notebook the same query runs again and again over one model and one set of
 records, with another hypothesis, measure or filter: the hypotheses come from their
 cache, so the model's forward pass is most of what such a warm call costs (about 60 of
 100 ms for 30,000 symbols of a 128-unit LSTM). A :class:`BehaviorMemo` lives on each
-:class:`~dni_lab.backend.models.Model` and holds the behaviors of its latest blocks,
+:class:`~dni_lab.backend.extraction.models.Model` and holds the behaviors of its latest blocks,
 least recently used first out, up to ``DNI_LAB_BEHAVIOR_MEMO_MB`` (64 MiB by default;
 0 turns it off). A block larger than that is never kept, so a scan of the paper's
 workload (1.8 GB of behaviors) holds at most one budget's worth and pays nothing else.
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _global_hooks
 
-_OURS = "dni_lab.backend.models"  # the engine's own capture hooks leave the state alone
+_OURS = "dni_lab.backend.extraction.models"  # the engine's own capture hooks leave the state alone
 
 __all__ = ["BehaviorMemo", "memo_bytes", "model_state"]
 

@@ -17,13 +17,13 @@ import polars as pl
 import torch
 from torch import nn
 
-from .cache import HypothesisCache, cache_at
-from .errors import DNIError, HypothesisError, LayerError, MeasureError, did_you_mean
-from .extract import as_indices
+from ..errors import DNIError, HypothesisError, LayerError, MeasureError, did_you_mean
+from ..extraction.extract import as_indices
+from ..extraction.models import Model
+from ..hypothesis.cache import HypothesisCache, cache_at
+from ..hypothesis.hypotheses import HypothesisFamily, HypothesisInfo, as_family
+from ..measures import Measure, get_measure
 from .frames import UnitLabels
-from .hypotheses import HypothesisFamily, HypothesisInfo, as_family
-from .measures import Measure, get_measure
-from .models import Model
 
 
 @dataclass
@@ -334,7 +334,7 @@ def as_cache(cache: Any) -> HypothesisCache | None:
     if isinstance(cache, HypothesisCache):
         return cache
     if cache is None or cache is True:
-        from . import cache as cache_mod
+        from ..hypothesis import cache as cache_mod
 
         if cache_mod.DEFAULT is None:
             cache_mod.DEFAULT = HypothesisCache()

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import BehaviorError, DNIError, LayerError
+from ..hypothesis.cache import block_key
 from .behavior_memo import model_state
-from .cache import block_key
-from .errors import BehaviorError, DNIError, LayerError
 from .models import Model, to_device
 from .sparse_block import SparseBlock
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import DNIError, LayerError, did_you_mean
 from .behavior_memo import BehaviorMemo
-from .errors import DNIError, LayerError, did_you_mean
 from .module_names import alias_target, layer_names, residual_hooks
 
 #: Addresses an unknown-layer error lists before it points to ``model.addresses``.
@@ -127,7 +127,7 @@ class Model:
         """Module addresses, in ``named_modules()`` order (containers left out).
 
         A module registered under several paths is listed once, under its shortest
-        (see :mod:`~dni_lab.backend.module_names`); the root itself is ``""`` when the
+        (see :mod:`~dni_lab.backend.extraction.module_names`); the root itself is ``""`` when the
         model is a single leaf module.
         """
         return layer_names(self.module)

@@ -1,4 +1,4 @@
-"""Names of a PyTorch module's submodules, as :class:`~dni_lab.backend.models.Model` lists them.
+"""Names of a PyTorch module's submodules, as :class:`~.models.Model` lists them.
 
 Libraries register one module under several paths, or expose it under an attribute
 that is not a registered name: a TransformerLens 4 bridge nests every hook point

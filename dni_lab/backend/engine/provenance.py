@@ -24,8 +24,8 @@ import polars as pl
 import torch
 from torch import nn
 
-from .._version import __version__
-from .behavior_memo import model_state
+from ..._version import __version__
+from ..extraction.behavior_memo import model_state
 
 _RECORDS: dict[int, dict[str, Any]] = {}
 

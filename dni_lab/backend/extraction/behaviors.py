@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import DNIError
+from ..engine.resolve import ModelUnits, is_feature_set, resolve_units
+from ..errors import DNIError
+from ..hypothesis.hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
 from .extract import Extractor, on_device, resolve_device, symbol_mask
-from .hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
 from .models import Model
-from .resolve import ModelUnits, is_feature_set, resolve_units
 
 
 def layer_plan(model: Model, layer: str | int, sample: Sequence[Any], device) -> ModelUnits:
@@ -273,7 +273,8 @@ def _without_capture_hooks(module: Any) -> Any:
     would write the copy's activations into the run's store); the user's hooks stay."""
     for m in module.modules():
         for hooks in (m._forward_hooks, m._forward_pre_hooks):
-            for k in [k for k, fn in hooks.items() if fn.__module__ == "dni_lab.backend.models"]:
+            ours = "dni_lab.backend.extraction.models"
+            for k in [k for k, fn in hooks.items() if fn.__module__ == ours]:
                 del hooks[k]
     return module
 

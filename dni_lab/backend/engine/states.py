@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..measures import Measure, MeasureResult
 from .frames import UnitLabels, score_rows
-from .measures import Measure, MeasureResult
 from .resolve import ModelUnits
 
 
