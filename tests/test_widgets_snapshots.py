@@ -84,25 +84,3 @@ def test_the_lab_republishes_its_snapshot_after_a_selection(char_model, records,
     assert "1 units" in html and "background-color:rgb(" in html
     assert "application/vnd.jupyter.widget-view+json" in published[-1]
 
-
-def test_the_package_turns_on_saving_widget_state():
-    """Reopened where its kernel is gone (Notebook 7, JupyterLab), a notebook shows its panels
-    from the saved widget state, not "model not found": the package ships a settings override
-    (overrides.d, read by jupyterlab_server for both front ends) that turns the saving on."""
-    import json
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    text = (repo / "pyproject.toml").read_text()
-    assert "[tool.hatch.build.targets.wheel.shared-data]" in text
-    src, dst = re.search(r'^"([^"]+)" = "([^"]*overrides\.d[^"]*)"$', text, re.M).groups()
-    assert dst == "share/jupyter/lab/settings/overrides.d/dni_lab.json"
-    override = json.loads((repo / src).read_text())
-    assert override == {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
-    # the plugin and the key are the ones the installed widget manager declares
-    schema = (Path(sys.prefix) / "share/jupyter/labextensions/@jupyter-widgets"
-              / "jupyterlab-manager/schemas/@jupyter-widgets/jupyterlab-manager/plugin.json")
-    if schema.exists():
-        props = json.loads(schema.read_text())["properties"]
-        assert props["saveState"]["type"] == "boolean" and props["saveState"]["default"] is False
