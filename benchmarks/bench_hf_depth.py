@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_hf_depth.py            # GPT-2 12 x 768, 64 records x ~128 tokens
     python benchmarks/bench_hf_depth.py --quick    # 8 records: a smoke run
     python benchmarks/bench_hf_depth.py --out benchmarks/results/hf_depth.json
+    python benchmarks/bench_hf_depth.py --peers --out benchmarks/results/hf_depth.json
 
 A GPT-2 of GPT-2 small's shape (12 blocks, 768 wide, 50,257-token vocabulary) built
 from a config (random weights: time does not depend on training), a byte-level BPE
@@ -55,7 +56,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
-from benchmarks.results_io import write_results  # noqa: E402
+from benchmarks.results_io import environment, write_results  # noqa: E402
 from dni_lab.backend.extract import Extractor, symbol_mask  # noqa: E402
 from dni_lab.backend.hf import HFModel  # noqa: E402
 from dni_lab.backend.resolve import resolve_units  # noqa: E402
@@ -218,7 +219,11 @@ def peers(args: argparse.Namespace) -> dict:
         out[f"speedup_{tool}"] = speed
         print(f"  {tool:18s} {speed['block3']:7.2f}x {speed['all']:10.2f}x {speed['mixed']:15.2f}x "
               f"{r['padding_waste_mixed']:14.1%} {r['rss_peak_mb']:13.0f}")  # fmt: skip
-    write_results(args.out, out)
+    if args.out is not None:  # beside the depth numbers, under "peers", with its own environment
+        payload = json.loads(args.out.read_text()) if args.out.exists() else {}
+        payload["peers"] = {**out, "environment": environment()}
+        args.out.write_text(json.dumps(payload, indent=2, default=str))
+        print(f"wrote {args.out} (key 'peers')")
     return out
 
 
