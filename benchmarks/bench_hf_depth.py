@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_hf_depth.py            # GPT-2 12 x 768, 64 records x ~128 tokens
     python benchmarks/bench_hf_depth.py --quick    # 8 records: a smoke run
     python benchmarks/bench_hf_depth.py --out benchmarks/results/hf_depth.json
+    python benchmarks/bench_hf_depth.py --peers --out benchmarks/results/hf_depth.json
 
 A GPT-2 of GPT-2 small's shape (12 blocks, 768 wide, 50,257-token vocabulary) built
 from a config (random weights: time does not depend on training), a byte-level BPE
@@ -21,15 +22,27 @@ trained here, records of about 128 tokens. Timed, interleaved, median of
 
 Printed: seconds and the ratio bare / each (the issue's target for block 3 of 12 is
 ≥ 2.5x), the largest difference between stopped and full extraction (must be 0).
-Peers (TransformerLens ``stop_at_layer``, nnsight ``.stop()``) are not measured here.
 Timings on a shared machine are not evidence: re-run it on a quiet one.
+
+``--peers`` instead times dni_lab against TransformerLens (``run_with_cache`` with
+``names_filter`` + ``stop_at_layer``) and nnsight (``.trace`` + ``tracer.stop()``) on the
+same weights, each tool in its own process (``hf_peers_side.py``), so each one's peak RSS is
+its own. The peers live in a side environment, ``.dni_cache/peers-venv`` (built on first use:
+``pip install torch==2.13.0`` first, so the CPU wheel stays, then ``transformer-lens nnsight
+psutil``; ``--peers-python`` names another interpreter). The weights, tokenizer and records
+go to ``.dni_cache/peers-bench`` (``save_pretrained``; nothing from a hub). Workloads: units
+in block 3, units in every block (the uniform records), and block 3 over records of mixed
+length (16 to 256 words; a peer pads each forward batch to its longest, dni_lab sorts by
+length).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +56,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
-from benchmarks.results_io import write_results  # noqa: E402
+from benchmarks.results_io import environment, write_results  # noqa: E402
 from dni_lab.backend.engine.resolve import resolve_units  # noqa: E402
 from dni_lab.backend.extraction.extract import Extractor, symbol_mask  # noqa: E402
 from dni_lab.backend.hf import HFModel  # noqa: E402
@@ -75,7 +88,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", "--json", type=Path, default=None)
+    ap.add_argument("--peers", action="store_true", help="time TransformerLens and nnsight too")
+    ap.add_argument("--peers-python", type=Path, default=None, help="the peers' interpreter")
+    ap.add_argument("--batch", type=int, default=16, help="--peers: records per forward pass")
     args = ap.parse_args(argv)
+    if args.peers:
+        return peers(args)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     n = 8 if args.quick else args.records
@@ -135,6 +153,77 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  {k:22s} {v:8.3f} s{ratio}")
     print(f"  stopped vs full extraction: max |diff| = {diff:.1e}")
     write_results(args.out, out)
+    return out
+
+
+VENV = REPO / ".dni_cache" / "peers-venv"
+TOOLS = ("bare", "ours", "transformer_lens", "nnsight")
+
+
+def peers_python() -> Path:
+    """The side environment's interpreter, built on first use (torch's CPU wheel first)."""
+    py = VENV / "bin" / "python"
+    if not (py.exists() and subprocess.run([py, "-c", "import transformer_lens, nnsight"],
+                                           capture_output=True).returncode == 0):  # fmt: skip
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "torch==2.13.0"], check=True)
+        subprocess.run([py, "-m", "pip", "install", "transformer-lens", "nnsight", "psutil"],
+                       check=True)  # fmt: skip
+    return py
+
+
+def peers(args: argparse.Namespace) -> dict:
+    """Each tool in its own process on the same weights and records; ratios to a bare forward."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    py = args.peers_python or peers_python()
+    where = REPO / ".dni_cache" / "peers-bench"
+    n = 8 if args.quick else args.records
+    rng = np.random.default_rng(2)
+    mixed = [" ".join(rng.choice(WORDS, int(k))) for k in rng.integers(16, 257, n)]
+    tok = bpe(records(200, 64, seed=1), vocab_size=300)
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                     bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(where)
+    tok.save_pretrained(where)
+    data = {"uniform": records(n, args.tokens), "mixed": mixed, "batch": args.batch,
+            "repeats": args.repeats}  # fmt: skip
+    (where / "data.json").write_text(json.dumps(data))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    side = str(REPO / "benchmarks" / "hf_peers_side.py")
+    got: dict[str, dict] = {}
+    for tool in TOOLS:
+        exe = sys.executable if tool in ("bare", "ours") else str(py)
+        t = time.perf_counter()
+        run = subprocess.run([exe, side, tool, str(where)], capture_output=True, text=True, env=env)
+        lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
+        if run.returncode or not lines:
+            got[tool] = {"error": (run.stderr or run.stdout)[-2000:]}
+            print(f"  {tool}: failed (exit {run.returncode})\n{got[tool]['error']}")
+            continue
+        got[tool] = json.loads(lines[-1][len("RESULT ") :])
+        print(f"  {tool}: done in {time.perf_counter() - t:.0f} s")
+    bare = got.get("bare", {})
+    out: dict = {"tools": got, "records": n, "tokens": args.tokens, "batch": args.batch,
+                 "mixed_words": [16, 256], "repeats": args.repeats, "blocks": 12, "width": 768,
+                 "vocab": 50257, "quick": args.quick, "contended": True}  # fmt: skip
+    print(f"GPT-2 12 x 768 (vocab 50,257), {n} records x ~{args.tokens} tokens, forward batch "
+          f"{args.batch}, 1 thread per process; speed: a bare forward's seconds / the tool's")
+    print(f"  {'tool':18s} {'block 3':>8s} {'all blocks':>11s} {'mixed (block 3)':>16s} "
+          f"{'padding waste':>14s} {'peak RSS MiB':>13s}")  # fmt: skip
+    for tool, r in got.items():
+        if "error" in r:
+            continue
+        speed = {k: bare[f"seconds_{k}"] / r[f"seconds_{k}"] for k in ("block3", "all", "mixed")}
+        out[f"speedup_{tool}"] = speed
+        print(f"  {tool:18s} {speed['block3']:7.2f}x {speed['all']:10.2f}x {speed['mixed']:15.2f}x "
+              f"{r['padding_waste_mixed']:14.1%} {r['rss_peak_mb']:13.0f}")  # fmt: skip
+    if args.out is not None:  # beside the depth numbers, under "peers", with its own environment
+        payload = json.loads(args.out.read_text()) if args.out.exists() else {}
+        payload["peers"] = {**out, "environment": environment()}
+        args.out.write_text(json.dumps(payload, indent=2, default=str))
+        print(f"wrote {args.out} (key 'peers')")
     return out
 
 

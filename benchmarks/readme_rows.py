@@ -122,6 +122,46 @@ def _hf(h: dict) -> tuple[str, str, str]:
             times(h["ratio_vs_bare"]))  # fmt: skip
 
 
+def _depth(h: dict) -> tuple[str, str, str]:
+    ours = f"{secs(h['seconds_extract_block3'])} ({h['records']} records, {h['tokens']:,} tokens)"
+    return ours, secs(h["seconds_bare"]), times(h["speedup_extract_block3"])
+
+
+def _peer_best(h: dict, key: str) -> float:
+    """The faster peer's speed-up over a bare forward in ``key`` (block3, all, mixed)."""
+    return max(h["peers"][f"speedup_{t}"][key] for t in ("transformer_lens", "nnsight"))
+
+
+def _peers(key: str):
+    def cells(h: dict) -> tuple[str, str, str]:
+        p = h["peers"]
+        return (f"{times(p['speedup_ours'][key])} a bare forward",
+                f"TransformerLens {times(p['speedup_transformer_lens'][key])}, "
+                f"nnsight {times(p['speedup_nnsight'][key])}",
+                times(p["speedup_ours"][key] / _peer_best(h, key)))  # fmt: skip
+
+    return cells
+
+
+def _waste(h: dict) -> tuple[str, str, str]:
+    t = h["peers"]["tools"]
+    return (pct(t["ours"]["padding_waste_mixed"]) + " (sorted by length)",
+            pct(t["nnsight"]["padding_waste_mixed"]) + " (record order)", "—")  # fmt: skip
+
+
+def _peer_rss(h: dict) -> float:
+    t = h["peers"]["tools"]
+    peers = (t["transformer_lens"]["rss_peak_mb"], t["nnsight"]["rss_peak_mb"])
+    return t["ours"]["rss_peak_mb"] / min(peers)
+
+
+def _rss_peers(h: dict) -> tuple[str, str, str]:
+    t = h["peers"]["tools"]
+    return (f"{t['ours']['rss_peak_mb']:,.0f} MiB",
+            f"TransformerLens {t['transformer_lens']['rss_peak_mb']:,.0f} MiB, "
+            f"nnsight {t['nnsight']['rss_peak_mb']:,.0f} MiB", times(_peer_rss(h)))  # fmt: skip
+
+
 def _stops(s: dict) -> list[float]:
     return sorted(t["stop_s"] for t in s["trials"] if not t["ended_before_stop"])
 
@@ -213,6 +253,23 @@ ROWS: tuple[Row, ...] = (
     Row("extraction through the Hugging Face adapter vs a bare forward pass",
         "`bench_hf_extract.py`", "hf_extract", _hf,
         (Target("", ">=", 0.8, "×", lambda h: h["ratio_vs_bare"]),)),
+    Row("units in block 3 of 12 vs a bare forward pass (GPT-2 small's shape: 12 blocks, width 768, "
+        "vocabulary 50,257): "
+        "the forward pass stops after block 3", "`bench_hf_depth.py`", "hf_depth", _depth,
+        (Target("", ">=", 2.5, "×", lambda h: h["speedup_extract_block3"]),)),
+    Row("the same vs TransformerLens 4.3 (`stop_at_layer`) and nnsight 0.8 (`.stop()`), "
+        "each in its own process", "`bench_hf_depth.py --peers`", "hf_depth", _peers("block3"),
+        (Target("vs the faster peer ", ">=", 1, "×",
+                lambda h: h["peers"]["speedup_ours"]["block3"] / _peer_best(h, "block3")),)),
+    Row("extraction of units in every block vs a bare forward pass, and the peers",
+        "`bench_hf_depth.py --peers`", "hf_depth", _peers("all"),
+        (Target("", ">=", 0.95, "×", lambda h: h["peers"]["speedup_ours"]["all"]),)),
+    Row("padding waste, records of 16 to 256 words in forward batches", "`bench_hf_depth.py "
+        "--peers`", "hf_depth", _waste,
+        (Target("", "<=", 10, "%",
+                lambda h: 100 * h["peers"]["tools"]["ours"]["padding_waste_mixed"]),)),
+    Row("peak RSS of the extraction workloads vs the leaner peer", "`bench_hf_depth.py "
+        "--peers`", "hf_depth", _rss_peers, (Target("", "<=", 1, "×", _peer_rss),)),
     Row("Stop during the main job (`corr` + `logreg`, Stops spread over a run)",
         "`bench_stop.py`", "stop", _stop,
         (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),

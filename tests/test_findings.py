@@ -35,16 +35,31 @@ def findings_rows() -> list[str]:
     return [row.replace("\\|", "|") for row in rows[2:]]  # past the header and its rule
 
 
-def regression_cell(notebook: Path) -> str:
-    """The source of the code cell after the notebook's ``## Regression check`` heading."""
+def regression_cells(notebook: Path) -> list[str]:
+    """The sources of the code cells after the notebook's ``## Regression check`` headings.
+
+    A notebook with two findings rows has two checks (``## Regression check: ...``), one per row.
+    """
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    out = []
     for i, cell in enumerate(cells[:-1]):
         heading = cell["cell_type"] == "markdown" and "".join(cell["source"])
         if heading and heading.startswith("## Regression check"):
             nxt = cells[i + 1]
             assert nxt["cell_type"] == "code", f"{notebook.name}: no code cell after the heading"
-            return "".join(nxt["source"])
-    raise AssertionError(f"{notebook.name} has no '## Regression check' cell")
+            out.append("".join(nxt["source"]))
+    assert out, f"{notebook.name} has no '## Regression check' cell"
+    return out
+
+
+def check_for(row: str, notebook: Path) -> str:
+    """The notebook's regression cell whose quotes all stand in ``row`` (the first if none)."""
+    cells = regression_cells(notebook)
+    for source in cells:
+        quotes = QUOTE.findall(source)
+        if quotes and all(q in row for q in quotes):
+            return source
+    return cells[0]
 
 
 def _row_params() -> list:
@@ -69,7 +84,7 @@ def test_each_finding_is_asserted_in_its_notebook(row: str):
     assert links, f"a findings row links no notebook: {row[:80]}"
     notebook = ROOT / links[-1]
     assert notebook.exists(), f"{links[-1]} does not exist"
-    source = regression_cell(notebook)
+    source = check_for(row, notebook)
     assert re.search(r"^\s*assert ", source, re.MULTILINE), f"{notebook.name}: asserts nothing"
     assert "QUICK" in source, f"{notebook.name}: the check must say which mode's number it expects"
     quotes = QUOTE.findall(source)
@@ -87,9 +102,20 @@ def test_a_check_that_quotes_text_the_row_lacks_fails(tmp_path):
     ]}  # fmt: skip
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb))
-    quotes = QUOTE.findall(regression_cell(path))
+    quotes = QUOTE.findall(check_for(findings_rows()[0], path))
     assert quotes == ["r = 0.99"]
     assert [q for q in quotes if q not in findings_rows()[0]] == ["r = 0.99"]
     path.write_text(json.dumps({"cells": nb["cells"][1:]}))
     with pytest.raises(AssertionError, match="no '## Regression check' cell"):
-        regression_cell(path)
+        regression_cells(path)
+
+
+def test_every_regression_check_stands_for_a_row():
+    """A notebook's second check must quote a row too: none is left unclaimed."""
+    rows = findings_rows()
+    notebooks = {link for row in rows for link in LINK.findall(row)[-1:]}
+    for link in sorted(notebooks):
+        for source in regression_cells(ROOT / link):
+            quotes = QUOTE.findall(source)
+            owners = [row for row in rows if quotes and all(q in row for q in quotes)]
+            assert owners, f"{link}: a regression check quotes {quotes}, which no row says"
