@@ -45,7 +45,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # Every run here pays its own forward pass: a repeated block must not come from the
 # models' behavior memo (bench_warm_query.py measures that on purpose).
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:  # run as a script: make dni_lab and benchmarks importable
     sys.path.insert(0, str(REPO))
 
@@ -99,6 +98,8 @@ def max_diff(a: Any, b: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    # set here, not on import: tests import the benchmarks
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke-test size (1,024 records)")
     ap.add_argument("--records", type=int, default=None, help="records (default 29,696)")

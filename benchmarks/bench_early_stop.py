@@ -27,7 +27,6 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 # Every run here pays its own forward pass: a repeated block must not come from the
 # models' behavior memo (bench_warm_query.py measures that on purpose).
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -38,6 +37,8 @@ from benchmarks.workload import build_workload  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    # set here, not on import: tests import the benchmarks
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=29_696)
     ap.add_argument("--hidden", type=int, default=512)

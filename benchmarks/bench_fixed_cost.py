@@ -42,7 +42,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses importable
     sys.path.insert(0, str(REPO))
-os.environ.setdefault("DNI_LAB_BENCH_MODEL", "standin")  # shapes matter here, not training
 
 import dni_lab as dl  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
@@ -113,6 +112,8 @@ def main(repeats: int = 7) -> dict:
         ``fingerprints_s``, ``warm_inspect_s`` (the fixed cost), ``target_s`` (0.05)
         and the workload's sizes.
     """
+    # set here, not on import: tests import the benchmarks (shapes matter here, not training)
+    os.environ.setdefault("DNI_LAB_BENCH_MODEL", "standin")
     import torch
 
     torch.set_num_threads(1)  # 32 records: threads only add contention on a busy machine

@@ -37,7 +37,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Every run here pays its own forward pass: a repeated block must not come from the
 # models' behavior memo (bench_warm_query.py measures that on purpose).
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:  # run as a script: make dni_lab and hypotheses importable
     sys.path.insert(0, str(REPO))
 
@@ -60,6 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
         Records/s of each pass, the ratios against the bare pass and the forward
         pass, the target (0.8) and the workload's shape; also written to ``--out``.
     """
+    # set here, not on import: tests import the benchmarks
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small smoke run")
     ap.add_argument("--records", type=int, default=2048)

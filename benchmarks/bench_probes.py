@@ -44,7 +44,6 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 # Every run here pays its own forward pass: a repeated block must not come from the
 # models' behavior memo (bench_warm_query.py measures that on purpose).
-os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -128,6 +127,8 @@ def neurox_f1(
 
 
 def main(argv: list[str] | None = None) -> int:
+    # set here, not on import: tests import the benchmarks
+    os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke size")
     ap.add_argument("--queries", type=int, default=None)

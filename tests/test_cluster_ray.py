@@ -150,7 +150,7 @@ def _slow(r):
 def test_stop_cancels_every_worker_within_seconds():
     insp = Inspection(_model(), [_slow], ["corr"], random_records(600), params=InspectParams(
         eps=None, block_size=10, cache=False, cluster=WORKERS))  # fmt: skip
-    run = dl.backend.run.start_run(insp)
+    run = dl.backend.engine.run.start_run(insp)
     deadline = time.time() + 120
     while insp.progress.blocks < 1 and time.time() < deadline:
         time.sleep(0.05)
