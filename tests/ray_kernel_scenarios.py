@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import numpy as np
 import polars as pl
 import ray
 import torch
@@ -112,8 +113,14 @@ def session() -> None:
     assert index.mai_ids_.shape[0] > 0
     print("ok NeuronIndex.fit, a third call", flush=True)
     step("background=True, a fourth call", inspect_bg(), first)
-    one = dl.inspect(model(), [paren, position], ["corr"], RECORDS, **OPTS)
-    assert scores(one).select("unit_score").equals(first.select("unit_score"))
+    one = scores(dl.inspect(model(), [paren, position], ["corr"], RECORDS, **OPTS))
+    # one process folds the blocks in turn, the cluster merges block states computed by
+    # workers with their own thread counts (float32 products round differently): equal
+    # within the documented 1e-6, not bit for bit (1.3e-7 seen)
+    a, b = one["unit_score"].to_numpy(), first["unit_score"].to_numpy()
+    diff = np.nanmax(np.abs(a - b))
+    assert (np.isnan(a) == np.isnan(b)).all() and diff <= 1e-6, (diff, one.height, first.height)
+    print("ok one process equals the cluster's first frame", flush=True)
 
 
 if __name__ == "__main__":
