@@ -1,8 +1,9 @@
 """Pearson correlation from mergeable centered sufficient statistics.
 
-Each block is split into groups of consecutive records. A group's centered
-co-moment is one float32 GEMM; groups fold into the float64 running state with
-the pairwise update of Chan et al., which is also ``merge``.
+Each block is split into groups of consecutive records. A group's shifted
+co-moment is a float32 GEMM over short runs of records whose results add up in
+float64; groups fold into the float64 running state with the pairwise update of
+Chan et al., which is also ``merge``.
 
 The error estimate is a grouped jackknife. Symbols inside a record are not
 independent (an RNN's state is smooth in time, and sliding windows overlap), so
@@ -190,9 +191,10 @@ class Corr(Measure):
         G = -(-R // g)
         grp = torch.arange(R, device=U.device) // g
         # The product runs over short runs of records whose float32 results add up in
-        # float64: a float32 GEMM's error grows with the length it accumulates over, and
-        # over a whole group (3,072 symbols) it reached 1.2e-6 in the correlation of a
-        # rarely active unit; over about 64 symbols, 5e-8. A run is at least twice as long
+        # float64: a float32 GEMM's error grows with the length it accumulates over. Over
+        # a whole group (3,072 symbols) it put a rarely active unit's correlation 4.5e-7
+        # off float64; over about 64 symbols, 5e-8 (benchmarks/bench_features_sparse.py,
+        # d_sae 16,384 at k 32, and tests/test_measures_corr.py). A run is at least twice as long
         # as the hypotheses are many, so that its (U, H+1) result stays smaller than the
         # run's own (symbols, U) block: with many hypotheses, the float64 sums of short
         # runs' results cost more than the product.
@@ -209,9 +211,10 @@ class Corr(Measure):
         s_h_all = zero.index_add(0, grp, Hd64.sum(1))
         q_h = zero[:, :-1].index_add(0, grp, Hd64[..., :-1].square().sum(1))
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
-        # Squared in place once the product has read it (no second block-sized tensor);
+        # Squared in place once the product has read it (no second block-sized tensor).
         # torch sums a dimension in cascade, so the float32 per-record sums lose nothing
-        # measurable (``vector_norm`` accumulated in a line, and took 5x longer).
+        # measurable; the float32 ``vector_norm`` this replaces cost up to 1e-6 in the
+        # correlation of a rarely active unit, and took most of the update's time.
         q_u = torch.zeros(G, U.shape[2], dtype=_F64, device=U.device)
         q_u.index_add_(0, grp, Ud.square_().sum(1).to(_F64))
         return self._fold_groups(state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S)
