@@ -112,3 +112,23 @@ def test_error_shrinks_and_is_null_before_enough_groups():
     # 5 groups a block: not trusted before three groups per bucket (60 groups, block 12)
     assert np.isnan(errs[0]) and np.isnan(errs[6]) and np.isnan(errs[10])
     assert errs[11] > errs[23] > 0  # 60 groups, then 120
+
+
+def test_rarely_active_units_match_float64_over_whole_groups():
+    # Groups of 64 records × 48 symbols, units that fire on ~1% of symbols: a float32
+    # product accumulated over a whole group put such units' correlations 1e-6 off.
+    rng = np.random.default_rng(5)
+    R, T, nu, nh = 64, 48, 512, 4
+    blocks = []
+    for _ in range(2):
+        mask = torch.as_tensor(np.arange(T)[None, :] < rng.integers(T // 2, T + 1, R)[:, None])
+        U = rng.gamma(2.0, 0.5, (R, T, nu)) * (rng.random((R, T, nu)) < 0.01)
+        H = np.concatenate([rng.random((R, T, 2)) < 0.1, rng.normal(size=(R, T, 2))], axis=2)
+        U[..., 0] += 2.0 * H[..., 0]
+        blocks.append((torch.tensor(U, dtype=torch.float32),
+                       torch.tensor(H, dtype=torch.float32), mask))  # fmt: skip
+    res = Corr().result(run(Corr(), blocks, nu, nh))
+    ref = reference(blocks)
+    ok = np.isfinite(res.unit_score)
+    assert ok.sum() > 0.9 * ok.size
+    assert np.abs(res.unit_score - ref)[ok].max() < 2e-7

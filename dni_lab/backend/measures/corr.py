@@ -1,8 +1,9 @@
 """Pearson correlation from mergeable centered sufficient statistics.
 
-Each block is split into groups of consecutive records. A group's centered
-co-moment is one float32 GEMM; groups fold into the float64 running state with
-the pairwise update of Chan et al., which is also ``merge``.
+Each block is split into groups of consecutive records. A group's shifted
+co-moment is a float32 GEMM over short runs of records whose results add up in
+float64; groups fold into the float64 running state with the pairwise update of
+Chan et al., which is also ``merge``.
 
 The error estimate is a grouped jackknife. Symbols inside a record are not
 independent (an RNN's state is smooth in time, and sliding windows overlap), so
@@ -111,12 +112,22 @@ def _rolled(m: Moments, shift: int) -> Moments:
     return Moments(*(torch.roll(getattr(m, f), shift, 0) for f in Moments.__dataclass_fields__))
 
 
-def _grouped(X: torch.Tensor, g: int) -> torch.Tensor:
-    """Cut ``(R, T, D)`` into groups of ``g`` consecutive records: ``(G, g*T, D)``."""
-    R, T, D = X.shape
-    if R % g:
-        X = torch.cat([X, X.new_zeros((-R) % g, T, D)])
-    return X.reshape(-1, g * T, D)
+def _run_records(g: int, T: int, rows: int) -> int:
+    """Records per run of the product: at most about ``rows`` symbols (at least one record).
+
+    A divisor of the group size ``g``, so that no run straddles two groups.
+    """
+    want = max(1, rows // max(T, 1))
+    return max(d for d in range(1, min(want, g) + 1) if g % d == 0)
+
+
+def _runs(R: int, sub: int):
+    """``(lo, hi, n)``: records ``lo:hi`` cut into ``n`` runs of ``sub`` (the rest: one run)."""
+    full = R - R % sub
+    if full:
+        yield 0, full, full // sub
+    if full < R:
+        yield full, R, 1
 
 
 class Corr(Measure):
@@ -175,15 +186,37 @@ class Corr(Measure):
             Ud.mul_(m)
         # The mask column makes the one product also return the units' sums.
         Hd = torch.cat([(H.to(U.dtype) - sh.to(U.dtype)) * m, m], dim=2)
-        Ug, Hg = _grouped(Ud, self.group_records), _grouped(Hd, self.group_records)
-        S = torch.bmm(Ug.transpose(1, 2), Hg).to(_F64)  # (G, U, H+1): the one product
-        # Group sums stay float32 (torch reduces pairwise, so a group of a few thousand
-        # centered values loses nothing measurable); float64 sums of the whole block
-        # cost more than the product itself.
-        s_h_all = Hg.sum(1).to(_F64)
+        R, T = int(U.shape[0]), int(U.shape[1])
+        g = self.group_records
+        G = -(-R // g)
+        grp = torch.arange(R, device=U.device) // g
+        # The product runs over short runs of records whose float32 results add up in
+        # float64: a float32 GEMM's error grows with the length it accumulates over. Over
+        # a whole group (3,072 symbols) it put a rarely active unit's correlation 4.5e-7
+        # off float64; over about 64 symbols, 5e-8 (benchmarks/bench_features_sparse.py,
+        # d_sae 16,384 at k 32, and tests/test_measures_corr.py). A run is at least twice as long
+        # as the hypotheses are many, so that its (U, H+1) result stays smaller than the
+        # run's own (symbols, U) block: with many hypotheses, the float64 sums of short
+        # runs' results cost more than the product.
+        sub = _run_records(g, T, max(64, 2 * int(Hd.shape[2])))
+        S = torch.zeros(G, U.shape[2], Hd.shape[2], dtype=_F64, device=U.device)
+        for lo, hi, n in _runs(R, sub):
+            P = torch.bmm(
+                Ud[lo:hi].reshape(n, -1, Ud.shape[2]).transpose(1, 2),
+                Hd[lo:hi].reshape(n, -1, Hd.shape[2]),
+            )  # (n, U, H+1): the one product, run by run
+            S.index_add_(0, grp[lo:hi:sub], P.to(_F64))
+        Hd64 = Hd.to(_F64)
+        zero = torch.zeros(G, Hd.shape[2], dtype=_F64, device=U.device)
+        s_h_all = zero.index_add(0, grp, Hd64.sum(1))
+        q_h = zero[:, :-1].index_add(0, grp, Hd64[..., :-1].square().sum(1))
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
-        q_u = torch.linalg.vector_norm(Ug, dim=1).to(_F64).square()
-        q_h = torch.linalg.vector_norm(Hg[:, :, :-1], dim=1).to(_F64).square()
+        # Squared in place once the product has read it (no second block-sized tensor).
+        # torch sums a dimension in cascade, so the float32 per-record sums lose nothing
+        # measurable; the float32 ``vector_norm`` this replaces cost up to 1e-6 in the
+        # correlation of a rarely active unit, and took most of the update's time.
+        q_u = torch.zeros(G, U.shape[2], dtype=_F64, device=U.device)
+        q_u.index_add_(0, grp, Ud.square_().sum(1).to(_F64))
         return self._fold_groups(state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S)
 
     def update_sparse(self, state: CorrState, Z: SparseBlock, H, mask):
