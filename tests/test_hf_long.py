@@ -12,6 +12,7 @@ import dni_lab as dl
 from dni_lab.backend.errors import DNIError
 from dni_lab.backend.extraction.behaviors import layer_plan, symbol_activations
 from dni_lab.backend.extraction.extract import on_device
+from dni_lab.backend.extraction.length_batches import length_batches
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -187,6 +188,11 @@ def test_forward_batch_gives_the_same_frame_and_less_padding(gpt2):
     for c in scores:
         np.testing.assert_allclose(a[c], b[c], rtol=0, atol=1e-6)
     assert waste[0] < 0.1 < waste[1]  # sorted by length: little padding
+    # the provenance counts the passes length_batches cut, symbol slot by symbol slot
+    n = torch.tensor([m.symbols(r) for r in data])
+    passes = length_batches(n, 4)
+    assert waste[0] == pytest.approx(1 - int(n.sum()) / sum(len(p) * int(n[p].max())
+                                                             for p in passes))  # fmt: skip
     with pytest.raises(DNIError, match="forward_batch"):
         dl.inspect(HFModel(module, tok), [keyword], data=data, forward_batch=0)
 
