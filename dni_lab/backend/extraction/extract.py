@@ -24,6 +24,7 @@ from torch import nn
 from ..errors import BehaviorError, DNIError, LayerError
 from ..hypothesis.cache import block_key
 from .behavior_memo import model_state
+from .length_batches import length_batches
 from .models import Model, to_device
 from .sparse_block import SparseBlock
 
@@ -117,8 +118,9 @@ class Extractor:
         Return all the latents of a sparse set (TopK, JumpReLU) as a
         :class:`~.sparse_block.SparseBlock` (activations only); the caller densifies.
     forward_batch : int, optional
-        Records per forward pass; a longer block runs as several passes over records
-        of similar length (longest first), its behaviors put back in record order.
+        Most records per forward pass; a longer block runs as several passes over
+        records of similar length (:func:`.length_batches.length_batches`: at least
+        half full, cut where padding is least), its behaviors put back in record order.
     padding : Padding, optional
         Counts the symbol slots the forward passes padded.
     """
@@ -201,10 +203,8 @@ class Extractor:
             self.padding.real += int(n.sum())
             self.padding.slots += mask.numel()
             return self._extract(records, mask, first)
-        order = torch.argsort(n.cpu(), descending=True, stable=True)
         parts: dict[str, list[tuple[torch.Tensor, int, Any]]] = {}
-        for start in range(0, len(records), B):
-            rows = order[start : start + B]
+        for rows in length_batches(n, B):  # similar lengths, cut where padding is least
             T = int(n[rows].max())
             sub = mask[rows.to(mask.device), :T]
             self.padding.real += int(sub.sum())

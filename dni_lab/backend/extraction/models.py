@@ -104,7 +104,8 @@ class Model:
         """A Hugging Face model and its fast tokenizer; tokens are the symbols.
 
         See :class:`dni_lab.backend.hf.HFModel` for the keyword arguments (``name``,
-        ``pool``, ``max_length``, ``truncate``, ``stride``, ``skip_long``, ``meta``) and
+        ``pool``, ``max_length``, ``truncate``, ``stride``, ``skip_long``, ``meta``,
+        ``decoder_input``) and
         ``docs/transformers.md``. Needs ``pip install dni_lab[hf]``.
         """
         if "hf" not in ADAPTERS:

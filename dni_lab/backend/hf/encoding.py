@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import DNIError
 from . import names
 
 RECORD_POOLS = ("cls", "last", "mean")
@@ -93,14 +92,15 @@ def encode(
     if record_pool is not None:
         layout = _record_layout(mask, record_pool)
     elif sample is None or len(sample) == R:
-        layout = _token_layout(keep)
+        layout = token_layout(keep)
     else:
         window = max_length - tokenizer.num_special_tokens_to_add()
         layout = _window_layout(keep, torch.as_tensor(sample), R, window - stride, stride)
     return dict(enc), layout
 
 
-def _token_layout(keep: torch.Tensor) -> Layout:
+def token_layout(keep: torch.Tensor) -> Layout:
+    """One row per record; ``keep`` ``(R, T_tokens)`` marks the tokens that are symbols."""
     n = keep.sum(1)
     T = int(n.max()) if len(n) else 0
     # positions of the real tokens, in order; a shorter record's tail slots point at
@@ -182,18 +182,4 @@ def positions_from_arange(module: nn.Module) -> bool:
     return not any(
         isinstance(m, nn.Embedding) and m.padding_idx is not None and "position" in name
         for name, m in module.named_modules()
-    )
-
-
-def check_encoder_only(module: nn.Module) -> None:
-    """An encoder-decoder model needs decoder inputs we cannot guess: say what to pass."""
-    # the config says encoder-decoder on T5EncoderModel too: ask the forward pass
-    if "decoder_input_ids" not in inspect.signature(module.forward).parameters:
-        return
-    kind = type(module).__name__
-    raise DNIError(
-        f"{kind} is an encoder-decoder model: its forward pass needs decoder inputs, which "
-        f"records do not give. Inspect its encoder stack: Model.from_hf({kind.lower()}"
-        ".get_encoder(), tokenizer) (its blocks, hooks and TransformerLens names work as on "
-        "BERT). Decoder stacks are not supported."
     )

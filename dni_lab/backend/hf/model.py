@@ -23,11 +23,12 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from ..extraction.models import Model, to_device
-from . import attention, capture, encoding, hooks, names
+from . import attention, capture, encoding, hooks, names, seq2seq
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
 
 _LAYOUT = "__dni_symbol_layout__"  # an extra batch key, removed before the module sees it
+_DECODER = "__dni_decoder_layout__"  # the decoder's symbols (decoder_input=)
 _MEMO = 65536
 
 
@@ -67,6 +68,11 @@ class HFModel(Model):
         window that gives it ``stride`` tokens of left context (:mod:`.encoding`).
     meta : mapping, optional
         Catalog metadata.
+    decoder_input : {"same"}, optional
+        Encoder-decoder models (T5, BART): how the decoder's inputs follow from a
+        record. Without it only the encoder runs, and decoder units raise. ``"same"``:
+        the record itself, shifted right (teacher forcing); decoder symbol ``t`` is
+        token ``t`` of the record (:mod:`.seq2seq`).
 
     Notes
     -----
@@ -86,6 +92,7 @@ class HFModel(Model):
         truncate: bool = False,
         stride: int | None = None,
         skip_long: bool = False,
+        decoder_input: str | None = None,
     ) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(
@@ -98,7 +105,8 @@ class HFModel(Model):
                 "padded; set tokenizer.pad_token = tokenizer.eos_token (or add one)."
             )
         config = getattr(module, "config", None)
-        encoding.check_encoder_only(module)
+        seq2seq.check_rule(module, decoder_input, stride, pool if isinstance(pool, str) else None)
+        self.decoder_input = decoder_input
         self.tokenizer = tokenizer
         self.record_pool = pool if isinstance(pool, str) else None
         if self.record_pool is not None and self.record_pool not in RECORD_POOLS:
@@ -116,7 +124,11 @@ class HFModel(Model):
         arch = getattr(config, "model_type", type(module).__name__)
         super().__init__(module, encode=self._encode, name=name, symbols=self._n_symbols, meta=meta)
         self.meta.setdefault("architecture", arch)
-        self._blocks, self._n_blocks = names.find_blocks(module)
+        self._blocks, self._n_blocks = names.find_blocks(module)  # the encoder's, if two
+        self._decoder = seq2seq.decoder_prefix(module)
+        self._decoder_blocks = self._decoder and seq2seq.decoder_blocks(module, self._decoder)
+        self._dec_layout: encoding.Layout | None = None
+        self._n_dec_tokens: int | None = None
         self._tokenizer_hash = tokenizer_hash(tokenizer)
         self._positions = encoding.positions_from_arange(module)
         self._heads = names.head_shape(config)
@@ -245,18 +257,33 @@ class HFModel(Model):
             layout.targets = {n: attention.target_grid(self, p, n, given, layout.index.shape[1])
                               for n, p in self._pairs.items()}  # fmt: skip
         batch[_LAYOUT] = layout
+        if self.decoder_input is not None:
+            dec, keep = seq2seq.encode_decoder(
+                self.tokenizer, list(records), seq2seq.start_token(self.module), self.max_length,
+                self.truncate,
+            )
+            batch.update(dec)
+            batch[_DECODER] = encoding.token_layout(keep)
         return batch
 
     def forward(self, batch: Any) -> Any:
         """Run the module on an encoded batch; remembers where each symbol sits."""
         batch = dict(batch)
         layout = batch.pop(_LAYOUT, None)
+        dec = batch.pop(_DECODER, None)
         ids = batch.get("input_ids")
         # behaviors come back where the caller put the batch (the extraction device)
         self._layout = layout.to(ids.device) if layout is not None and ids is not None else layout
         self._n_tokens = ids.shape[1] if ids is not None else None
+        self._dec_layout = dec.to(ids.device) if dec is not None and ids is not None else dec
+        dec_ids = batch.get("decoder_input_ids")
+        self._n_dec_tokens = dec_ids.shape[1] if dec_ids is not None else None
+        module = self.module
+        if self._decoder is not None and self.decoder_input is None:
+            module = module.get_encoder()  # no decoder inputs: the encoder stack alone
+            batch = seq2seq.encoder_inputs(module, batch)
         try:
-            return self.module(**to_device(batch, _input_device(self.module)))
+            return module(**to_device(batch, _input_device(self.module)))
         except capture.StopForward:  # every captured address fired: the rest was not needed
             return None
 
@@ -274,6 +301,8 @@ class HFModel(Model):
         (attention weights) are left as they are. Windows of a long record and
         record-level pooling are undone here (:func:`.encoding.gather`).
         """
+        if self._dec_layout is not None and t.dim() == 3 and t.shape[1] == self._n_dec_tokens:
+            return encoding.gather(t, self._dec_layout, self._n_dec_tokens, self._heads)
         if self._layout is None:
             return names.token_major(t, self._n_tokens, *self._heads) if t.dim() == 4 else t
         return encoding.gather(t, self._layout, self._n_tokens, self._heads)
@@ -286,8 +315,10 @@ class HFModel(Model):
         record's tail slots do not). ``None`` when ``t`` is not one row per token, or
         the batch holds windows of long records or record-level units.
         """
-        lay = self._layout
-        if lay is None or not lay.per_token or t.dim() != 3 or t.shape[1] != self._n_tokens:
+        lay, n_tokens = self._layout, self._n_tokens
+        if self._dec_layout is not None and t.dim() == 3 and t.shape[1] == self._n_dec_tokens:
+            lay, n_tokens = self._dec_layout, self._n_dec_tokens  # a decoder tensor
+        if lay is None or not lay.per_token or t.dim() != 3 or t.shape[1] != n_tokens:
             return None
         idx = lay.index.to(t.device)
         n = lay.count.to(t.device)
@@ -317,7 +348,11 @@ class HFModel(Model):
                     f"{did_you_mean(mapped, self.addresses)}"
                 )
             layer = mapped or layer
-        return super().resolve_layer(layer)
+        if isinstance(layer, str) and layer not in self.addresses:
+            layer = seq2seq.translate(layer, self._decoder_blocks) or layer
+        address = super().resolve_layer(layer)
+        seq2seq.needs_rule(self, address)
+        return address
 
     def _module(self, name: str) -> nn.Module:
         tap = self._taps.get(name)
