@@ -6,6 +6,8 @@
 import { IEditorExtensionRegistry, IEditorLanguageRegistry, EditorExtensionRegistry } from "@jupyterlab/codemirror";
 import { Compartment, Prec } from "@codemirror/state";
 import { ViewPlugin } from "@codemirror/view";
+import { IRenderMimeRegistry } from "@jupyterlab/rendermime";
+import { patchRegistry } from "./snapshots";
 
 const MAGIC = /^\s*%%?inspect\b/;
 
@@ -57,4 +59,13 @@ const plugin = {
   },
 };
 
-export default plugin;
+// dni_lab panels of a saved notebook show their snapshot where the widget cannot be drawn
+const snapshots = {
+  id: "dni-lab-inspect-sql:snapshots",
+  description: "Static snapshots for dni_lab panels whose widget model is gone",
+  autoStart: true,
+  requires: [IRenderMimeRegistry],
+  activate: (app, rendermime) => patchRegistry(rendermime),
+};
+
+export default [plugin, snapshots];

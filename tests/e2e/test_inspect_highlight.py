@@ -29,7 +29,8 @@ TOKENS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell .cm-conte
 
 
 @pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
-def test_an_inspect_cell_is_highlighted_as_sql(tmp_path, app):
+def test_an_inspect_cell_is_highlighted_as_sql(tmp_path, app, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")  # this tree's build, not share/jupyter's
     shutil.copytree(REPO / "dni_lab" / "labextension",
                     tmp_path / ".jupyter-home" / "data" / "labextensions" / "dni-lab-inspect-sql")
     write_notebook(tmp_path / "sql.ipynb", CELLS)

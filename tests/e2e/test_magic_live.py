@@ -200,11 +200,9 @@ def _reopen_elsewhere(page, server: str, nb: Path, shots: Path, suffix: str) -> 
     """The saved notebook opened where its widget models do not exist (a clone, a colleague's
     machine): the kernel is shut down and the front end shows the static snapshots.
 
-    (Reopened by the person who saved it, the notebook is trusted, and JupyterLab's widget
-    renderer, which outranks text/html there, says "model not found" instead; its setting
-    "Save Widget State Automatically" makes it redraw the saved tables, but nbconvert then
-    renders the saved widget state through a CDN script instead of the snapshots. See
-    docs/notebook.md.)
+    (Reopened by the person who saved it, the notebook is trusted and JupyterLab prefers the
+    widget view; the package's labextension shows the snapshots there too:
+    test_reopen_trusted.py. See docs/notebook.md.)
     """
     base, token, *_app = server.split("|")
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}") as r:
