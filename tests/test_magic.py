@@ -464,7 +464,7 @@ def test_stop_skips_the_final_fit_and_acts_inside_a_block(char_model, records, m
     t0 = time.perf_counter()
     run.cancel()
     assert run.wait(5) and time.perf_counter() - t0 < 0.5
-    with pytest.warns(dl.backend.engine.provenance.PartialResultWarning, match="after 200 of 12,000"):
+    with pytest.warns(dl.PartialResultWarning, match="after 200 of 12,000"):
         frame = run.result()
     assert run.progress.cancelled and run.progress.records_read == 200 and not fits
     assert frame["n_records"].to_list() == [200, 200]
