@@ -14,9 +14,10 @@ from dni_lab.backend.errors import DNIError, LayerError
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from hf_workload import tiny_gpt2  # noqa: E402
+
 from dni_lab.backend.hf import HFModel  # noqa: E402
 from dni_lab.backend.hf.attention import has_target  # noqa: E402
-from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
 
 WORDS = ["select", "a", "from", "tab", "x1", "=", "1", "where", "b"]
 RECORDS = [" ".join(WORDS[(i * 5 + j) % 9] for j in range(2 + i % 6)) for i in range(30)]
@@ -24,13 +25,7 @@ RECORDS = [" ".join(WORDS[(i * 5 + j) % 9] for j in range(2 + i % 6)) for i in r
 
 @pytest.fixture(scope="module")
 def gpt2():
-    tok = bpe(RECORDS, vocab_size=280)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-    )
-    return transformers.GPT2LMHeadModel(cfg).eval(), tok
+    return tiny_gpt2(RECORDS, vocab_size=280, n_layer=2)
 
 
 def previous(model):

@@ -12,8 +12,9 @@ import dni_lab as dl
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from hf_workload import tiny_gpt2  # noqa: E402
+
 from dni_lab.backend.hf import HFModel  # noqa: E402
-from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
 
 WORDS = ["select", "a", "from", "tab", "x1", "=", "1", "insert", "into", "values", "b", "where"]
 RECORDS = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(2 + i % 7)) for i in range(24)]
@@ -21,13 +22,7 @@ RECORDS = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(2 + i % 7)) for i in 
 
 @pytest.fixture(scope="module")
 def gpt2():
-    tok = bpe(RECORDS, vocab_size=280)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=4, n_head=4,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-    )
-    return transformers.GPT2LMHeadModel(cfg).eval(), tok
+    return tiny_gpt2(RECORDS, vocab_size=280, n_layer=4)
 
 
 @dl.hypothesis(kind="binary")

@@ -17,38 +17,22 @@ from dni_lab.backend.extraction.length_batches import length_batches
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from hf_workload import corpus, keyword, tiny_bert, tiny_gpt2  # noqa: E402
+
 from dni_lab.backend.hf import HFModel  # noqa: E402
-from hypotheses.workloads.hf_tokenizers import bpe, wordpiece  # noqa: E402
+from hypotheses.workloads.hf_tokenizers import wordpiece  # noqa: E402
 
-WORDS = ["select", "from", "where", "insert", "into", "values", "a", "b", "tab", "x1", "=", "1"]
 CPU = torch.device("cpu")
-
-
-def corpus(n: int, seed: int = 0, lo: int = 2, hi: int = 9) -> list[str]:
-    rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(WORDS, int(rng.integers(lo, hi)))) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
 def bert():
-    tok = wordpiece(corpus(200, seed=1), vocab_size=120)
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64,
-    )
-    return transformers.BertModel(cfg).eval(), tok
+    return tiny_bert(corpus(200, seed=1))
 
 
 @pytest.fixture(scope="module")
 def gpt2():
-    tok = bpe(corpus(200, seed=1), vocab_size=300)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-    )
-    return transformers.GPT2LMHeadModel(cfg).eval(), tok
+    return tiny_gpt2(corpus(200, seed=1))
 
 
 def acts(model: HFModel, layer: str, records: list[str]) -> torch.Tensor:
@@ -57,17 +41,6 @@ def acts(model: HFModel, layer: str, records: list[str]) -> torch.Tensor:
     with on_device(model, CPU):
         ((_, a, _),) = list(symbol_activations(model, records, addr, units, CPU))
     return a
-
-
-@dl.hypothesis(kind="binary")
-def keyword(record: str) -> list[float]:
-    out = np.zeros(len(record))
-    for w in ("select", "from", "where"):
-        i = record.find(w)
-        while i >= 0:
-            out[i : i + len(w)] = 1
-            i = record.find(w, i + 1)
-    return out
 
 
 def test_a_long_record_names_truncate_and_stride(gpt2):
