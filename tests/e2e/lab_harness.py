@@ -21,7 +21,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
+# every browser test module: ``pytestmark = E2E``
+E2E = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from .lab_harness import CHROMIUM, chromium_page, jupyter_lab, open_notebook, write_notebook
+from .lab_harness import E2E, chromium_page, jupyter_lab, open_notebook, write_notebook
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = E2E
 REPO = Path(__file__).resolve().parents[2]
 CELLS = ["%%inspect -o res\nSELECT S.uid FROM units U WHERE U.layer = 'lstm'",
          "import os\nSELECT = 1"]

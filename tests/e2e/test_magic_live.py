@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .lab_harness import (
-    CHROMIUM,
+    E2E,
     cell_output,
     chromium_page,
     jupyter_lab,
@@ -29,10 +29,7 @@ from .lab_harness import (
     write_notebook,
 )
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = E2E
 
 SETUP = """\
 import sys, time

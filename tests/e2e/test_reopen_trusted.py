@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .lab_harness import (
-    CHROMIUM,
+    E2E,
     chromium_page,
     jupyter_lab,
     open_notebook,
@@ -28,10 +28,7 @@ from .lab_harness import (
     write_notebook,
 )
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = E2E
 REPO = Path(__file__).resolve().parents[2]
 SETUP = """\
 import sys
