@@ -76,6 +76,17 @@ def test_sparse_update_equals_dense_update(measure):
     assert np.nanmax(np.abs(merged.unit_score - rb.unit_score)) <= 1e-6
 
 
+def char_model_and_topk_set():
+    """The toy char-LSTM and a TopK set of 64 latents on its LSTM, random weights."""
+    torch.manual_seed(0)
+    model = dl.Model(CharLM(), encode=encode_chars, name="m")
+    fs = F.TopKSAE(12, 64, "lstm", name="sae", k=4)
+    with torch.no_grad():
+        for p in fs.parameters():
+            p.copy_(torch.randn(p.shape) * 0.5)
+    return model, fs
+
+
 def test_engine_scores_a_topk_set_through_the_sparse_path(monkeypatch, records, hyps):
     calls = {"corr": 0, "diffmeans": 0}
     for cls in (Corr, DiffMeans):
@@ -86,12 +97,7 @@ def test_engine_scores_a_topk_set_through_the_sparse_path(monkeypatch, records, 
             return _orig(self, *a, **kw)
 
         monkeypatch.setattr(cls, "update_sparse", counted)
-    torch.manual_seed(0)
-    model = dl.Model(CharLM(), encode=encode_chars, name="m")
-    fs = F.TopKSAE(12, 64, "lstm", name="sae", k=4)
-    with torch.no_grad():
-        for p in fs.parameters():
-            p.copy_(torch.randn(p.shape) * 0.5)
+    model, fs = char_model_and_topk_set()
     f = dl.inspect(model, hyps, ["corr", "diffmeans", "mi"], records[:100], units=[fs],
                    eps=None, block_size=50)  # fmt: skip
     assert calls == {"corr": 2, "diffmeans": 2}  # mi read the dense block
@@ -103,12 +109,7 @@ def test_engine_scores_a_topk_set_through_the_sparse_path(monkeypatch, records, 
 
 def test_forward_batches_reassemble_a_sparse_block(records, hyps):
     # a block run as several forward batches of unequal length gives the same latents
-    torch.manual_seed(0)
-    model = dl.Model(CharLM(), encode=encode_chars, name="m")
-    fs = F.TopKSAE(12, 64, "lstm", name="sae", k=4)
-    with torch.no_grad():
-        for p in fs.parameters():
-            p.copy_(torch.randn(p.shape) * 0.5)
+    model, fs = char_model_and_topk_set()
     kw = dict(eps=None, block_size=50, units=[fs])
     one = dl.inspect(model, hyps, ["corr", "mi"], records[:100], **kw)
     split = dl.inspect(model, hyps, ["corr", "mi"], records[:100], forward_batch=7, **kw)

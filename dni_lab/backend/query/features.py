@@ -129,12 +129,14 @@ def _rows(mid: str, i: int, e: FeatureEntry, offset: int) -> pl.DataFrame:
         "architecture": [getattr(fs, "architecture", "") or type(fs).__name__] * n,
         "d_sae": [n] * n,
     }
-    cols |= {k: [_scalar(v)] * n for k, v in e.meta.items() if k not in cols}
+    cols |= {k: [scalar(v)] * n for k, v in e.meta.items() if k not in cols}
     cols |= {"__dl_f": [i] * n, "__dl_layer": [fs.address] * n}
     return pl.DataFrame(cols, schema_overrides=SCHEMA, strict=False)  # type: ignore[arg-type]
 
 
-def _scalar(v: Any) -> Any:
+def scalar(v: Any) -> Any:
+    """A metadata value as a table cell: plain scalars kept, numpy scalars unwrapped,
+    anything else as its text."""
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     if isinstance(v, np.generic):

@@ -31,7 +31,7 @@ from .entries import (
     source_of,
 )
 from .errors import QueryError
-from .features import features_frame
+from .features import features_frame, scalar
 
 STANDARD = ("models", "units", "hypotheses", "inputs", "features")
 # IPython's own bookkeeping names hold old outputs; never read them as relations.
@@ -193,7 +193,7 @@ class Scope:
             e = self.models[i]
             base = {"mid": e.mid, "epoch": None, "architecture": None, "trained": None}
             base["architecture"] = type(e.model.module).__name__
-            rows.append({**base, **{k: _scalar(v) for k, v in e.meta.items()}, "__dl_m": i})
+            rows.append({**base, **{k: scalar(v) for k, v in e.meta.items()}, "__dl_m": i})
         return _frame(rows, {"mid": pl.String, "epoch": pl.Int64, "__dl_m": pl.Int64})
 
     def _hyps_frame(self, ids: list[int]) -> pl.DataFrame:
@@ -203,7 +203,7 @@ class Scope:
             fam = e.family
             for hid, sig, info in zip(fam.hids(), fam.signals(), fam.info(), strict=True):
                 row = {"hid": hid, "name": sig, "family": fam.name, "kind": info.kind}
-                row |= {"source": e.source, "h": hid, **{k: _scalar(v) for k, v in e.meta.items()}}
+                row |= {"source": e.source, "h": hid, **{k: scalar(v) for k, v in e.meta.items()}}
                 rows.append({**row, "__dl_h": i, "__dl_sig": sig})
         return _frame(rows, {"hid": pl.String, "name": pl.String, "__dl_h": pl.Int64})
 
@@ -217,7 +217,7 @@ class Scope:
                 "seq": [_describe(r) for r in ds.records],
                 "length": [_length(r) for r in ds.records],
             }
-            cols |= {k: [_scalar(v)] * len(ds.records) for k, v in ds.meta.items()}
+            cols |= {k: [scalar(v)] * len(ds.records) for k, v in ds.meta.items()}
             cols["__dl_d"] = [i] * len(ds.records)
             parts.append(pl.DataFrame(cols, strict=False))
         if not parts:
@@ -317,14 +317,6 @@ def _is_hypothesis(obj: Any) -> bool:
     if is_feature_set(obj):  # an nn.Module, so callable, but never a hypothesis
         return False
     return isinstance(obj, HypothesisFamily) or (callable(obj) and not isinstance(obj, type))
-
-
-def _scalar(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, np.generic):
-        return v.item()
-    return str(v)
 
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
