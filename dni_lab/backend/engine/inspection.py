@@ -399,6 +399,7 @@ class Inspection:
     def _prepare(self, sample: list[Any]) -> None:
         """One measure state per (model, measure, unit set), all pairs unconverged."""
         nh = len(self.info)
+        states: list[MeasureState] = []  # published whole: a live view reads self.states meanwhile
         for model in self.models:
             with on_device(model, self.device):
                 mu = resolve_units(model, units_of(self.units, model), sample, self.device)
@@ -408,7 +409,7 @@ class Inspection:
                 else:
                     sets = [("", np.arange(mu.n_units))]
                 for group, cols in sets:
-                    self.states.append(
+                    states.append(
                         MeasureState(
                             model_units=mu,
                             measure=meas,
@@ -418,7 +419,8 @@ class Inspection:
                             converged=np.zeros((len(cols), nh), dtype=bool),
                         )
                     )
-        self.progress.pairs_total = sum(s.converged.size for s in self.states)
+        self.progress.pairs_total = sum(s.converged.size for s in states)
+        self.states = states
 
     def _active_models(self) -> list[ModelUnits]:
         """Models with a pair still to converge (all of them when reading everything)."""
@@ -483,11 +485,12 @@ class Inspection:
     # -- results ----------------------------------------------------------------
     def frame(self, final: bool = False) -> pl.DataFrame:
         """The score frame now: converged pairs frozen, the rest at their current value."""
-        if not self.states:
+        states = self.states  # one list throughout: the run's thread may publish it meanwhile
+        if not states:
             return empty_frame()
         confidence = self.params.confidence
         currents = []
-        for s in self.states:
+        for s in states:
             # A state whose pairs all converged reports frozen scores: no final fit needed.
             # Neither after a Stop: the person wants the scores as they stand, now (a final
             # probe fit took longer than the block in flight; one under way stops early).
@@ -498,7 +501,7 @@ class Inspection:
         complete = final and self._read_to_end and not self._cancel  # after: a Stop may come
         parts = [
             s.rows(current, self.hids, self.progress.records_read, complete)
-            for s, current in zip(self.states, currents, strict=True)
+            for s, current in zip(states, currents, strict=True)
         ]
         return pl.concat(parts, how="vertical")
 
