@@ -23,6 +23,7 @@ import torch
 
 from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
+from ..engine.sources import Part
 from ..errors import DNIError
 from ..measures.base import stop_check
 from .connect import connect, import_ray, session, worker_error
@@ -123,8 +124,9 @@ def run_sharded(
     start = time.perf_counter()
     # Shards are read ahead of the merge: the data's hash must cover merged records only.
     merged_hash, insp._records_hash = insp._records_hash, RecordsHash()
-    blocks = insp._blocks()
-    block0, _ = next(blocks)
+    parts = insp._parts()
+    part0 = next(parts)
+    block0 = part0.read()  # the driver reads block 0 alone: units resolve on its records
     insp._prepare(block0)
     plan = Plan(
         insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
@@ -135,7 +137,7 @@ def run_sharded(
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
     try:
-        insp._read_to_end = pool.run(insp, block0, blocks, on_block, start, merged_hash)
+        insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
         ok = not insp._cancel
     finally:
         pool.close(keep=ok)
@@ -191,8 +193,7 @@ class _Pool:
         converged = [s.converged for s in insp.states]
         stopped = [s.stopped_at is not None for s in insp.states]
         actor = self.actors[a]
-        ref = actor.read.remote(self.plan, shard.records, shard.first, converged,
-                                self._templates, stopped)  # fmt: skip
+        ref = actor.read.remote(self.plan, shard.part, converged, self._templates, stopped)
         self.inflight[ref] = (shard, a, actor)
         self.load[a] += 1
 
@@ -203,8 +204,9 @@ class _Pool:
         if any(f is not None for f in forks):
             self._templates = [self.ray.put(forks)]
 
-    def wait(self, insp: Inspection) -> list[tuple[int, list[Any]]]:
-        """Finished shards as (index, states); returns early (maybe empty) on a cancel."""
+    def wait(self, insp: Inspection) -> list[tuple[int, tuple[list[Any], str]]]:
+        """Finished shards as (index, (states, block hash)); returns early (maybe empty)
+        on a cancel."""
         while self.inflight and not insp._cancel:
             done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=POLL_S)
             if done:
@@ -219,8 +221,9 @@ class _Pool:
         return []
 
     def _get(self, ref: Any, shard: Shard, a: int, actor: Any,
-             insp: Inspection) -> list[Any] | None:  # fmt: skip
-        """The shard's states; None when its worker is gone and the shard was dealt again."""
+             insp: Inspection) -> tuple[list[Any], str] | None:  # fmt: skip
+        """The shard's states and block hash; None when its worker is gone and the shard
+        was dealt again."""
         exc = self.ray.exceptions
         try:
             states = self.ray.get(ref)
@@ -247,7 +250,7 @@ class _Pool:
             self.submit(shard, insp)
             return None
 
-    def run(self, insp: Inspection, block0: list[Any], blocks: Any,
+    def run(self, insp: Inspection, part0: Part, parts: Any,
             on_block: Callable[[Inspection], None] | None, start: float,
             merged_hash: RecordsHash) -> bool:  # fmt: skip
         """Deal and merge shards until the data ends, pairs settle or a cancel.
@@ -255,9 +258,8 @@ class _Pool:
         Returns whether every record of the data was merged.
         """
         order = InOrder()
-        self.submit(Shard(0, 0, block0), insp)
-        held = {0: block0}  # records of shards dealt but not merged yet
-        sizes = {0: len(block0)}
+        self.submit(Shard(0, part0), insp)
+        sizes = {0: part0.count}
         more = True
         # Block 0 alone first where a measure calibrates on it: later shards start from it.
         alone = any(forkable(m) for m in insp.measures)
@@ -267,21 +269,20 @@ class _Pool:
                 and (order.next > 0 or not alone)
                 and len(self.inflight) < AHEAD * len(self.actors)
             ):
-                nxt = next(blocks, None)
+                nxt = next(parts, None)
                 if nxt is None:
                     more = False
                     break
                 index = len(sizes)
-                sizes[index] = len(nxt[0])
-                held[index] = nxt[0]
-                self.submit(Shard(index, nxt[1], nxt[0]), insp)
+                sizes[index] = nxt.count
+                self.submit(Shard(index, nxt), insp)
             if not self.inflight:
                 return not more and order.next == len(sizes)
             for index, states in self.wait(insp):
                 order.put(index, states)
-            for index, states in order.ready():
+            for index, (states, digest) in order.ready():
                 self._merge(insp, index, states)
-                merged_hash.update(held.pop(index))
+                merged_hash.add(digest, sizes[index])
                 insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
                 insp._check_convergence()

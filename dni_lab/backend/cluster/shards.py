@@ -1,7 +1,8 @@
 """Deterministic shards and the measure states they produce.
 
 A shard is one block of the single-process loop: records ``first .. first + len - 1``
-of the data, cut by the driver exactly as :meth:`Inspection._blocks` cuts them. A worker
+of the data, cut by the driver exactly as :meth:`Inspection._parts` cuts them (a file's
+blocks are described, not read: the worker reads its own). A worker
 folds a shard into *fresh* measure states; the driver merges those states in shard
 order, so after shard ``k`` the merged state is what one process holds after block
 ``k``. Because a shard depends only on its record indices, a shard whose worker died is
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..engine.sources import Part
 from ..measures import Measure
 
 #: Measures whose state calibrates on its first block, and the fields that count what
@@ -174,11 +176,18 @@ def payload_bytes(obj: Any) -> int:
 
 @dataclass
 class Shard:
-    """One block of records, numbered like the single-process loop numbers it."""
+    """One block of records, numbered like the single-process loop numbers it.
+
+    ``part`` carries the records when they live in the driver's memory, and only where
+    they are (a file's row group, a Dataset block) when the worker can read them itself.
+    """
 
     index: int
-    first: int
-    records: list[Any]
+    part: Part
+
+    @property
+    def first(self) -> int:
+        return self.part.first
 
 
 class InOrder:

@@ -25,6 +25,8 @@ import torch
 
 from ..engine.inspection import Inspection
 from ..engine.params import InspectParams
+from ..engine.provenance import block_sha256
+from ..engine.sources import Part
 from ..extraction.extract import on_device
 from ..hypothesis.cache import HypothesisCache
 from .shards import Deferred, merges_exactly, moved
@@ -104,12 +106,11 @@ class ShardWorker:
     def read(
         self,
         plan: list[Any],
-        records: list[Any],
-        first: int,
+        part: Part,
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
         stopped: list[bool] | None = None,
-    ) -> list[Any]:
+    ) -> tuple[list[Any], str]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
 
         Parameters
@@ -117,10 +118,9 @@ class ShardWorker:
         plan : list of ObjectRef
             ``[ref]`` to the run's :class:`Plan` (a list, so Ray hands over the reference;
             the plan is fetched and built once per actor and run).
-        records : list
-            The shard's records; ``records[0]`` is record ``first`` of the data.
-        first : int
-            Index of the shard's first record (errors name records by it).
+        part : Part
+            The shard's block: its records, or where this worker reads them (a file's
+            row groups, a Dataset's blocks); record ``part.first`` of the data first.
         converged : list of numpy.ndarray
             The driver's converged pairs per state when it dealt the shard: models and
             hypothesis families that have nothing left to score are skipped, as the
@@ -137,7 +137,11 @@ class ShardWorker:
         list
             One state per driver state, None for states of models it skipped and for
             stopped states.
+        str
+            The block's hash (:func:`~dni_lab.backend.engine.provenance.block_sha256`):
+            the driver's ``data_sha256`` covers records it never saw.
         """
+        records, first = part.read(), part.first
         loaded = self._load(plan[0])
         insp = loaded.insp
         forks = self._forks(templates, insp.device)
@@ -152,8 +156,9 @@ class ShardWorker:
                 s.accumulator = s.measure.start(len(s.columns), nh, insp.device, insp.info)
         active = {mu.model.name for mu in insp._active_models()}
         insp._read(records, first, loaded.extractors)
-        return [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
-                else None for s in insp.states]  # fmt: skip
+        states = [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
+                  else None for s in insp.states]  # fmt: skip
+        return states, block_sha256(records)
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():
