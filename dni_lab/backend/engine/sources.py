@@ -347,13 +347,18 @@ def _dataset_source(ds: Any, column: str | None) -> Source:
     names = list(ds.schema().names)
     chosen = choose_column(names, column, "the Ray Dataset")
     done = ds.materialize()  # blocks in the object store, in the dataset's order
-    segments = [(int(meta.num_rows), "ray", ref, None)
-                for bundle in done.iter_internal_ref_bundles()
-                for ref, meta in bundle.blocks]  # fmt: skip
+    segments = [_ray_segment(entry) for bundle in done.iter_internal_ref_bundles()
+                for entry in bundle.blocks]  # fmt: skip
     src = Source(segments=functools.partial(iter, segments), total=sum(s[0] for s in segments),
                  column=chosen)  # fmt: skip
     src._dataset = done  # type: ignore[attr-defined]  # keeps the blocks alive for the run
     return src
+
+
+def _ray_segment(entry: Any) -> tuple[int, str, Any, None]:
+    # Ray < 2.55 gives (ref, metadata) pairs, later a BlockEntry with both as fields
+    ref, meta = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
+    return int(meta.num_rows), "ray", ref, None
 
 
 def _read_ray(where: Any, seg: Any, column: str | None) -> Any:
