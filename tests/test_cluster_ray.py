@@ -131,6 +131,22 @@ def test_workers_read_their_own_blocks_of_files_and_a_ray_dataset(tmp_path, monk
     assert dl.provenance(solo)["data_sha256"] == sha
 
 
+def test_logreg_blocks_go_to_a_holder_not_to_the_driver():
+    recs = random_records(240, seed=7)
+    params = InspectParams(eps=None, block_size=24, cache=False, cluster=WORKERS)
+    insp = Inspection(_model(), [paren], ["logreg"], recs, params=params)
+    insp.run()
+    stats = insp.cluster_stats
+    units = sum(len(s.columns) for s in insp.states)
+    behaviors = 4 * units * sum(len(r) for r in recs)  # float32, every symbol of every unit
+    # before the holder the driver received every behavior (100%); now results only, and
+    # only when they changed (the probe's checkpoints)
+    assert 0 < stats["bytes_received"] < 0.1 * behaviors, (stats, behaviors)
+    assert all(type(s.measure).__name__ == "Held" for s in insp.states)
+    one = Inspection(_model(), [paren], ["logreg"], recs, params=params.replace(cluster=None))
+    assert_same_frame(one.run().sort(KEYS), insp.frame(final=True).sort(KEYS))  # kept result
+
+
 def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
     run = dl.inspect(_model(), [paren], ["corr"], random_records(40), eps=None, block_size=20,
                      cache=False, cluster=WORKERS, background=True)  # fmt: skip

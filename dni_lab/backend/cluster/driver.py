@@ -25,11 +25,11 @@ from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
 from ..engine.sources import Part
 from ..errors import DNIError
-from ..measures.base import stop_check
 from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
-from .shards import Block, InOrder, Shard, fork, forkable, payload_bytes
+from .probes import _HOLDERS, ProbeLink, forget_holders
+from .shards import InOrder, Shard, fork, forkable, merges_exactly, payload_bytes
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -61,6 +61,8 @@ def forget_workers(ray: Any | None = None, idle_only: bool = False) -> None:
     run in progress.
     """
     with _LOCK:
+        if not idle_only and _HOLDERS:
+            forget_holders(ray or _ray())
         for key in [k for k in _HOSTS if not (idle_only and _BUSY[k])]:
             for a in _HOSTS.pop(key):
                 with contextlib.suppress(Exception):  # already dead, or Ray already gone
@@ -137,14 +139,21 @@ def run_sharded(
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
     try:
-        insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
-        ok = not insp._cancel
+        try:
+            insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
+            ok = not insp._cancel
+        finally:
+            pool.close(keep=ok)
+            insp._records_hash = merged_hash
+        return insp._finish(start)  # a held probe's final fit runs on its holder
     finally:
-        pool.close(keep=ok)
-        insp._records_hash = merged_hash
+        held = 0
+        if pool.link is not None:
+            pool.link.close(keep=ok and not insp._cancel)
+            held = pool.link.received
         # what crossed the network to the driver (benchmarks/bench_cluster.py prints it)
-        insp.cluster_stats = {"bytes_received": pool.received, "shards_received": pool.answers}
-    return insp._finish(start)
+        insp.cluster_stats = {"bytes_received": pool.received + held,
+                              "shards_received": pool.answers}  # fmt: skip
 
 
 def _parts(plan: Plan) -> list[tuple[str, Any]]:
@@ -186,6 +195,9 @@ class _Pool:
         self.received = 0  # bytes of the states (or behaviors) workers sent back
         self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
+        # states whose measure does not merge exactly (logreg) live on a holder actor
+        held = [i for i, s in enumerate(insp.states) if not merges_exactly(s.measure)]
+        self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
@@ -193,8 +205,10 @@ class _Pool:
         converged = [s.converged for s in insp.states]
         stopped = [s.stopped_at is not None for s in insp.states]
         actor = self.actors[a]
-        ref = actor.read.remote(self.plan, shard.part, converged, self._templates, stopped)
-        self.inflight[ref] = (shard, a, actor)
+        ref, blocks = actor.read.options(num_returns=2).remote(
+            self.plan, shard.part, converged, self._templates, stopped
+        )  # the blocks of held states stay where they are: the holder fetches them
+        self.inflight[ref] = (shard, a, actor, blocks)
         self.load[a] += 1
 
     def set_templates(self, insp: Inspection) -> None:
@@ -204,19 +218,19 @@ class _Pool:
         if any(f is not None for f in forks):
             self._templates = [self.ray.put(forks)]
 
-    def wait(self, insp: Inspection) -> list[tuple[int, tuple[list[Any], str]]]:
-        """Finished shards as (index, (states, block hash)); returns early (maybe empty)
-        on a cancel."""
+    def wait(self, insp: Inspection) -> list[tuple[int, tuple[list[Any], str, Any]]]:
+        """Finished shards as (index, (states, block hash, held blocks' reference));
+        returns early (maybe empty) on a cancel."""
         while self.inflight and not insp._cancel:
             done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=POLL_S)
             if done:
                 out = []
                 for ref in done:
-                    shard, a, actor = self.inflight.pop(ref)
+                    shard, a, actor, blocks = self.inflight.pop(ref)
                     self.load[a] -= 1
-                    states = self._get(ref, shard, a, actor, insp)
-                    if states is not None:
-                        out.append((shard.index, states))
+                    got = self._get(ref, shard, a, actor, insp)
+                    if got is not None:
+                        out.append((shard.index, (*got, blocks)))
                 return out
         return []
 
@@ -280,8 +294,10 @@ class _Pool:
                 return not more and order.next == len(sizes)
             for index, states in self.wait(insp):
                 order.put(index, states)
-            for index, (states, digest) in order.ready():
+            for index, (states, digest, blocks) in order.ready():
                 self._merge(insp, index, states)
+                if self.link is not None:
+                    self.link.feed(blocks)
                 merged_hash.add(digest, sizes[index])
                 insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
@@ -297,13 +313,9 @@ class _Pool:
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
         for s, new in zip(insp.states, states, strict=True):
-            if new is None or s.stopped_at is not None:  # a model skipped, a state stopped
+            if new is None or s.stopped_at is not None:  # skipped, stopped or held
                 continue
-            if isinstance(new, Block):  # a measure that does not merge exactly
-                with stop_check(lambda: insp._cancel):
-                    s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
-            else:
-                s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
+            s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 
     def close(self, keep: bool) -> None:
         """Drop the shards still in flight; kill the actors after a cancel or a failure.

@@ -40,10 +40,10 @@ _COUNTS: dict[str, tuple[str, ...]] = {
 
 
 #: Measures whose ``merge`` is not order-exact (``logreg``: averaged warm-start weights,
-#: a per-state plateau history), by class name. Workers send their blocks' behaviors
-#: instead, and the driver updates these states itself, in record order: the same
-#: answer as one process, at the cost of shipping behaviors and doing their arithmetic
-#: on the driver. A measure says otherwise with a ``merge_exact`` attribute.
+#: a per-state plateau history), by class name. Workers keep their blocks' behaviors as
+#: Ray objects and a holder actor (probes.py) updates these states from them, in record
+#: order: the same answer as one process; the driver receives results, not behaviors.
+#: A measure says otherwise with a ``merge_exact`` attribute.
 _NOT_EXACT = frozenset({"LogReg"})
 
 
@@ -55,7 +55,7 @@ def merges_exactly(measure: Measure) -> bool:
 
 @dataclass
 class Block:
-    """One block's behaviors of a state's units, for a measure the driver updates."""
+    """One block's behaviors of a state's units, for a measure a holder updates."""
 
     U: torch.Tensor
     H: torch.Tensor

@@ -29,7 +29,7 @@ from ..engine.provenance import block_sha256
 from ..engine.sources import Part
 from ..extraction.extract import on_device
 from ..hypothesis.cache import HypothesisCache
-from .shards import Deferred, merges_exactly, moved
+from .shards import Block, Deferred, merges_exactly, moved
 
 
 @dataclass(repr=False)
@@ -110,8 +110,12 @@ class ShardWorker:
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
         stopped: list[bool] | None = None,
-    ) -> tuple[list[Any], str]:
+    ) -> tuple[tuple[list[Any], str], dict[int, Block]]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
+
+        Called with ``num_returns=2``: the states come back to the driver, the blocks of
+        the measures that do not merge exactly (``logreg``) go to a
+        :class:`~.probes.ProbeHolder` without passing through the driver.
 
         Parameters
         ----------
@@ -134,12 +138,13 @@ class ShardWorker:
 
         Returns
         -------
-        list
-            One state per driver state, None for states of models it skipped and for
-            stopped states.
-        str
-            The block's hash (:func:`~dni_lab.backend.engine.provenance.block_sha256`):
-            the driver's ``data_sha256`` covers records it never saw.
+        (list, str)
+            One state per driver state, None for states of models it skipped, for
+            stopped states and for held ones; and the block's hash
+            (:func:`~dni_lab.backend.engine.provenance.block_sha256`): the driver's
+            ``data_sha256`` covers records it never saw.
+        dict
+            ``{state index: Block}``: the block's behaviors for each held state.
         """
         records, first = part.read(), part.first
         loaded = self._load(plan[0])
@@ -158,7 +163,10 @@ class ShardWorker:
         insp._read(records, first, loaded.extractors)
         states = [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
                   else None for s in insp.states]  # fmt: skip
-        return states, block_sha256(records)
+        blocks = {i: st for i, st in enumerate(states) if isinstance(st, Block)}
+        for i in blocks:
+            states[i] = None
+        return (states, block_sha256(records)), blocks
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():
