@@ -82,9 +82,9 @@ def test_a_missing_file_an_unknown_column_and_an_ambiguous_table_say_what_to_pas
         _run(str(tmp_path / "gone.parquet"))
     with pytest.raises(dl.DNIError, match=r"has no column 'body'; its columns are \['text', 'n'\]"):
         _run(files["parquet"], column="body")
-    with pytest.raises(dl.DNIError, match=r"columns \['text', 'n'\]; say which.*column='text'"):
+    with pytest.raises(dl.DNIError, match=r"columns \['text', 'n'\]; pass column=.*column='text'"):
         _run(files["parquet"])
-    with pytest.raises(dl.DNIError, match=r"columns \['a', 'b'\]; say which.*column='a'"):
+    with pytest.raises(dl.DNIError, match=r"columns \['a', 'b'\]; pass column=.*column='a'"):
         _run(pa.table({"a": ["ab"], "b": ["cd"]}))
     with pytest.raises(dl.DNIError, match="text files .* have no columns"):
         _run(files["text"], column="text")

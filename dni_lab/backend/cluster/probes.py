@@ -26,6 +26,9 @@ from ..measures.base import MeasureResult
 from .connect import session, worker_error
 from .placement import placed
 
+#: Seconds between checks for a Stop while waiting for a result (the driver's POLL_S).
+_POLL_S = 0.1
+
 #: Holders kept between runs, per Ray session (a new Python with torch costs seconds).
 _HOLDERS: dict[tuple[int, str], Any] = {}
 
@@ -107,14 +110,12 @@ class ProbeLink:
         self._pending.append(self.holder.update.remote(self.run, blocks))
 
     def result(self, index: int, confidence: float, final: bool) -> MeasureResult:
-        from .driver import POLL_S
-
         known = self._known.get(index)
         if self.closed or self.insp._cancel:  # a Stop: the scores as they stood
             return known[1] if known else _none(self.insp.states[index])
         ref = self.holder.result.remote(self.run, index, confidence, final,
                                         known[0] if known else None)  # fmt: skip
-        while not self.ray.wait([ref], timeout=POLL_S)[0]:
+        while not self.ray.wait([ref], timeout=_POLL_S)[0]:
             if self.insp._cancel:
                 return known[1] if known else _none(self.insp.states[index])
         try:
@@ -171,8 +172,10 @@ def _encode(res: MeasureResult, known: str | None) -> tuple[str, dict[str, Any] 
         if v is None:
             continue
         v = np.asarray(v)
-        same = v.ndim == 2 and len(v) > 0 and np.array_equal(
-            v, np.broadcast_to(v[:1], v.shape), equal_nan=True
+        same = (
+            v.ndim == 2
+            and len(v) > 0
+            and np.array_equal(v, np.broadcast_to(v[:1], v.shape), equal_nan=True)
         )
         out[name] = np.ascontiguousarray(v[:1] if same else v)
         out[name + "_rows"] = v.shape[0] if same else 0

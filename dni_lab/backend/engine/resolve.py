@@ -323,8 +323,8 @@ def _one_column(columns: list[str]) -> None:
         raise DNIError("data is a table with no columns.")
     if len(columns) != 1:
         raise DNIError(
-            f"data is a table with columns {columns}; say which holds the records, "
-            f"e.g. column={columns[0]!r} (or pass data=table[{columns[0]!r}])."
+            f"data is a table with columns {columns}; pass column= naming the one column "
+            f"that holds the records, e.g. column={columns[0]!r} (or data=table[{columns[0]!r}])."
         )
 
 

@@ -202,7 +202,8 @@ def choose_column(names: list[str], column: str | None, what: str) -> str:
         raise DNIError(f"{what} has no columns.")
     if len(names) != 1:
         raise DNIError(
-            f"{what} has columns {names}; say which holds the records, e.g. column={names[0]!r}."
+            f"{what} has columns {names}; pass column= naming the one column that holds "
+            f"the records, e.g. column={names[0]!r}."
         )
     return names[0]
 
