@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="comma-separated node counts: a table of clusters made on this machine")
     ap.add_argument("--bytes-measures", default="corr,logreg",
                     help="measures whose driver bytes per block are measured one by one")
+    ap.add_argument("--bytes-eps", default="none,0.025",
+                    help="eps values of the per-measure runs ('none': read to the end)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
     n = a.records or (1024 if a.quick else 29_696)
@@ -181,8 +183,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
            "block_behavior_bytes": block_bytes, "sources": wl.sources}  # fmt: skip
     if a.bytes_measures:
+        eps = [None if e.lower() == "none" else float(e) for e in a.bytes_eps.split(",")]
         out["bytes_by_measure"] = bytes_table(wl, a.bytes_measures.split(","), a.block_size,
-                                              max(counts), a.address, block_bytes)  # fmt: skip
+                                              max(counts), a.address, block_bytes, eps)  # fmt: skip
     if a.nodes:
         out["nodes"] = node_table(wl, ms, a.block_size, [int(k) for k in a.nodes.split(",")],
                                   cores, one, t_one)  # fmt: skip
@@ -232,7 +235,8 @@ def node_table(wl: Workload, ms: list[str], block_size: int, counts: list[int], 
 
 
 def bytes_table(wl: Workload, measures: list[str], block_size: int, workers: int,
-                address: str | None, block_bytes: float) -> list[dict[str, Any]]:  # fmt: skip
+                address: str | None, block_bytes: float,
+                eps_values: list[float | None]) -> list[dict[str, Any]]:  # fmt: skip
     """Per measure: bytes the driver receives per block, against the block's behaviors.
 
     Read to the end, the driver receives every block's states (``corr``) or only the
@@ -245,7 +249,7 @@ def bytes_table(wl: Workload, measures: list[str], block_size: int, workers: int
     from dni_lab.backend.cluster.connect import _local_env
 
     rows = []
-    for eps in (None, 0.025):
+    for eps in eps_values:
         for m in measures:
             one, _ = run(wl, wl.records, [m], block_size=block_size, eps=eps)
             if not ray.is_initialized():

@@ -20,6 +20,7 @@ import hashlib
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..measures import Measure
 from ..measures.base import MeasureResult
@@ -45,8 +46,13 @@ class ProbeHolder:
         self._states: dict[int, tuple[Measure, Any]] = {}
 
     def begin(self, run: str, specs: list[tuple[int, Measure, int]], n_hyps: int,
-              info: Any) -> None:  # fmt: skip
-        """Fresh states for run ``run``: ``(state index, measure, units)`` each."""
+              info: Any, threads: int) -> None:  # fmt: skip
+        """Fresh states for run ``run``: ``(state index, measure, units)`` each.
+
+        ``threads`` is the driver's torch thread count: a probe's Newton path depends on
+        the float rounding of its products, which depends on the threads that sum them.
+        """
+        torch.set_num_threads(threads)
         self._run = run
         self._states = {i: (m, m.start(n, n_hyps, "cpu", info)) for i, m, n in specs}
 
@@ -101,7 +107,8 @@ class ProbeLink:
         self._pending: list[Any] = []
         self.closed = False
         specs = [(i, insp.states[i].measure, len(insp.states[i].columns)) for i in held]
-        self.holder.begin.remote(run, specs, len(insp.info), insp.info)
+        threads = torch.get_num_threads()
+        self.holder.begin.remote(run, specs, len(insp.info), insp.info, threads)
         for i, (_, m, _) in zip(held, specs, strict=True):
             insp.states[i].measure = Held(m, self, i)
 
@@ -180,8 +187,9 @@ def _encode(res: MeasureResult, known: str | None) -> tuple[str, dict[str, Any] 
         out[name] = np.ascontiguousarray(v[:1] if same else v)
         out[name + "_rows"] = v.shape[0] if same else 0
     texts: dict[Any, int] = {}
-    codes = np.array([texts.setdefault(r, len(texts)) for r in res.reason.ravel()], np.int32)
-    out["reason_codes"] = codes.reshape(res.reason.shape)
+    codes = [texts.setdefault(r, len(texts)) for r in res.reason.ravel()]
+    small = np.uint8 if len(texts) <= 256 else np.int32  # a handful of reasons: a byte each
+    out["reason_codes"] = np.array(codes, small).reshape(res.reason.shape)
     out["reason_texts"] = list(texts)
     h = hashlib.sha256()
     for k in sorted(out):
