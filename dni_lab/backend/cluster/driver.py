@@ -29,7 +29,7 @@ from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders
-from .shards import InOrder, Shard, fork, forkable, merges_exactly, payload_bytes
+from .shards import InOrder, Shard, fork, forkable, merges_exactly, payload_bytes, untrimmed
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -315,6 +315,7 @@ class _Pool:
         for s, new in zip(insp.states, states, strict=True):
             if new is None or s.stopped_at is not None:  # skipped, stopped or held
                 continue
+            new = untrimmed(new)
             s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 
     def close(self, keep: bool) -> None:

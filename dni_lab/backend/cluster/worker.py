@@ -29,7 +29,7 @@ from ..engine.provenance import block_sha256
 from ..engine.sources import Part
 from ..extraction.extract import on_device
 from ..hypothesis.cache import HypothesisCache
-from .shards import Block, Deferred, merges_exactly, moved
+from .shards import Block, Deferred, merges_exactly, moved, trimmed
 
 
 @dataclass(repr=False)
@@ -164,8 +164,8 @@ class ShardWorker:
         states = [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
                   else None for s in insp.states]  # fmt: skip
         blocks = {i: st for i, st in enumerate(states) if isinstance(st, Block)}
-        for i in blocks:
-            states[i] = None
+        for i, st in enumerate(states):  # a fresh state's zero parts stay here
+            states[i] = None if i in blocks else trimmed(st)
         return (states, block_sha256(records)), blocks
 
     def _load(self, ref: Any) -> _Loaded:
