@@ -68,9 +68,6 @@ class Part:
 class Source:
     """Records of ``data=`` cut into parts of ``block_size`` (at most ``limit`` records)."""
 
-    #: whether parts name where their records are (workers read them) or carry them
-    remote = False
-
     def __init__(self, segments: Callable[[], Iterable[tuple[int, str, Any, Any]]] | None = None,
                  total: int | None = None, column: str | None = None,
                  records: Iterable[Any] | None = None) -> None:  # fmt: skip
@@ -78,7 +75,6 @@ class Source:
         self._records = records
         self.total = total
         self.column = column
-        self.remote = segments is not None
 
     def parts(self, block_size: int, limit: int | None = None) -> Iterator[Part]:
         """The parts in order; the last may be short."""
@@ -117,10 +113,6 @@ class Source:
             yield Part(first, len(block), records=block)
             first += len(block)
 
-    def __iter__(self) -> Iterator[Any]:
-        for part in self.parts(4096):
-            yield from part.read()
-
 
 def as_source(data: Any, column: str | None = None) -> Source:
     """The :class:`Source` of what ``data=`` names (see the module docstring).
@@ -150,14 +142,12 @@ def as_source(data: Any, column: str | None = None) -> Source:
 def _looks_like_path(data: Any) -> bool:
     if isinstance(data, os.PathLike):
         return True
-    # a string is a path when it names one; a record would hardly contain a separator
-    # and end in a data file's suffix, so a missing path gets the error it needs
+    # a string is a path when it names one, or when it ends in a data file's suffix (a
+    # missing file then gets the error it needs, not a run over its characters)
     text = str(data)
     if "\n" in text or len(text) > 4096:
         return False
-    return Path(text).exists() or (
-        os.sep in text and Path(text).suffix in {".parquet", ".txt", *_ARROW}
-    )
+    return Path(text).exists() or Path(text).suffix.lower() in {".parquet", ".txt", *_ARROW}
 
 
 def _pick_column(data: Any, column: str) -> Any:
