@@ -131,19 +131,20 @@ def test_workers_read_their_own_blocks_of_files_and_a_ray_dataset(tmp_path, monk
     assert dl.provenance(solo)["data_sha256"] == sha
 
 
-def test_logreg_blocks_go_to_a_holder_not_to_the_driver():
+def test_logreg_blocks_and_states_read_to_the_end_go_to_a_holder_not_to_the_driver():
     recs = random_records(240, seed=7)
     params = InspectParams(eps=None, block_size=24, cache=False, cluster=WORKERS)
-    insp = Inspection(_model(), [paren], ["logreg"], recs, params=params)
+    insp = Inspection(_model(), [paren], ["logreg", "corr"], recs, params=params)
     insp.run()
     stats = insp.cluster_stats
     units = sum(len(s.columns) for s in insp.states)
     behaviors = 4 * units * sum(len(r) for r in recs)  # float32, every symbol of every unit
-    # before the holder the driver received every behavior (100%); now results only, and
-    # only when they changed (the probe's checkpoints)
+    # before the holder the driver received every behavior of logreg (100%) and corr's
+    # state per block; now the final results only
     assert 0 < stats["bytes_received"] < 0.1 * behaviors, (stats, behaviors)
     assert all(type(s.measure).__name__ == "Held" for s in insp.states)
-    one = Inspection(_model(), [paren], ["logreg"], recs, params=params.replace(cluster=None))
+    one = Inspection(_model(), [paren], ["logreg", "corr"], recs,
+                     params=params.replace(cluster=None))  # fmt: skip
     assert_same_frame(one.run().sort(KEYS), insp.frame(final=True).sort(KEYS))  # kept result
 
 

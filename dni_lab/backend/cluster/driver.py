@@ -28,8 +28,8 @@ from ..errors import DNIError
 from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
-from .probes import _HOLDERS, ProbeLink, forget_holders
-from .shards import InOrder, Shard, fork, forkable, merges_exactly, payload_bytes, untrimmed
+from .probes import _HOLDERS, ProbeLink, forget_holders, holds
+from .shards import InOrder, Shard, fork, forkable, payload_bytes, untrimmed
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -196,7 +196,8 @@ class _Pool:
         self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
         # states whose measure does not merge exactly (logreg) live on a holder actor
-        held = [i for i, s in enumerate(insp.states) if not merges_exactly(s.measure)]
+        held = [i for i, s in enumerate(insp.states) if holds(s.measure, insp.params.eps)]
+        self.held = [i in held for i in range(len(insp.states))]
         self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
@@ -206,7 +207,7 @@ class _Pool:
         stopped = [s.stopped_at is not None for s in insp.states]
         actor = self.actors[a]
         ref, blocks = actor.read.options(num_returns=2).remote(
-            self.plan, shard.part, converged, self._templates, stopped
+            self.plan, shard.part, converged, self._templates, stopped, self.held
         )  # the blocks of held states stay where they are: the holder fetches them
         self.inflight[ref] = (shard, a, actor, blocks)
         self.load[a] += 1

@@ -1,4 +1,4 @@
-"""Probes on a cluster: a measure that does not merge exactly, updated off the driver.
+"""States kept off the driver: probes always, every state of a run read to the end.
 
 ``logreg``'s state keeps every row it read, and its ``merge`` is not order-exact
 (shards.py), so one state must read the blocks in record order. That state lives on a
@@ -8,6 +8,12 @@ reference to the holder, in shard order, and the holder fetches it from the work
 node and runs ``measure.update`` on it, the very code one process runs. The driver
 receives only results (``peek`` per early-stopping check, ``result`` at the end), and
 a result equal to the one it already has is not sent again (:func:`_encode`).
+
+A run read to the end (``eps=None``) checks no convergence per block, so the driver
+needs no state until it shows a frame: there the holder also merges the exact
+measures' fresh per-shard states (those that do not calibrate on block 0), in shard
+order with ``Measure.merge``, and the driver receives their results instead of a state
+per block (:func:`holds`).
 
 A holder holds the probe's rows (what the driver held before) in one process; it
 reserves no CPU and is kept between runs, like the workers. A Stop kills it (its fit
@@ -26,9 +32,13 @@ from ..measures import Measure
 from ..measures.base import MeasureResult
 from .connect import session, worker_error
 from .placement import placed
+from .shards import Block, forkable, merges_exactly, untrimmed
 
 #: Seconds between checks for a Stop while waiting for a result (the driver's POLL_S).
 _POLL_S = 0.1
+
+#: Seconds a Stop waits for an exact measure's result from a busy holder.
+_STOP_WAIT_S = 5.0
 
 #: Holders kept between runs, per Ray session (a new Python with torch costs seconds).
 _HOLDERS: dict[tuple[int, str], Any] = {}
@@ -44,6 +54,7 @@ class ProbeHolder:
     def __init__(self) -> None:
         self._run: str | None = None
         self._states: dict[int, tuple[Measure, Any]] = {}
+        self._merged: set[int] = set()
 
     def begin(self, run: str, specs: list[tuple[int, Measure, int]], n_hyps: int,
               info: Any, threads: int) -> None:  # fmt: skip
@@ -55,14 +66,22 @@ class ProbeHolder:
         torch.set_num_threads(threads)
         self._run = run
         self._states = {i: (m, m.start(n, n_hyps, "cpu", info)) for i, m, n in specs}
+        self._merged: set[int] = set()  # states that received their first shard
 
     def update(self, run: str, blocks: dict[int, Any]) -> None:
-        """Fold one shard's blocks (``{state index: Block}``) into the run's states."""
+        """Fold one shard's ``{state index: Block or fresh state}`` into the run's states:
+        a block of behaviors by ``update``, a state by ``merge`` (the first replaces the
+        empty one, as on the driver)."""
         if run != self._run:
             return
         for i, b in sorted(blocks.items()):
             m, acc = self._states[i]
-            self._states[i] = (m, m.update(acc, b.U, b.H, b.mask))
+            if isinstance(b, Block):
+                acc = m.update(acc, b.U, b.H, b.mask)
+            else:
+                acc = untrimmed(b) if i not in self._merged else m.merge(acc, untrimmed(b))
+                self._merged.add(i)
+            self._states[i] = (m, acc)
 
     def result(self, run: str, index: int, confidence: float, final: bool,
                known: str | None) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
@@ -118,13 +137,19 @@ class ProbeLink:
 
     def result(self, index: int, confidence: float, final: bool) -> MeasureResult:
         known = self._known.get(index)
-        if self.closed or self.insp._cancel:  # a Stop: the scores as they stood
-            return known[1] if known else _none(self.insp.states[index])
+        kept = known[1] if known else _none(self.insp.states[index])
+        # A Stop: a probe's scores as they stood (its fit on the holder cannot see the
+        # Stop); an exact measure's are cheap to ask for, unless the holder is busy.
+        probe = not merges_exactly(self.insp.states[index].measure.measure)
+        if self.closed or (self.insp._cancel and probe):
+            return kept
         ref = self.holder.result.remote(self.run, index, confidence, final,
                                         known[0] if known else None)  # fmt: skip
+        waited = 0.0
         while not self.ray.wait([ref], timeout=_POLL_S)[0]:
-            if self.insp._cancel:
-                return known[1] if known else _none(self.insp.states[index])
+            waited += _POLL_S if self.insp._cancel else 0.0
+            if self.insp._cancel and (probe or waited > _STOP_WAIT_S):
+                return kept
         try:
             self.ray.get(self._pending)  # an update's error, in the order it happened
             digest, payload = self.ray.get(ref)
@@ -148,6 +173,19 @@ class ProbeLink:
                 self.ray.kill(self.holder, no_restart=True)
             except Exception:  # already dead, or Ray already gone
                 pass
+
+
+def holds(measure: Measure, eps: float | None) -> bool:
+    """Whether a holder keeps ``measure``'s states in a run with this ``eps``.
+
+    Always where the measure does not merge exactly (``logreg``: its blocks); and in a
+    run read to the end (``eps=None``), which checks no convergence per block, every
+    measure that does not calibrate on block 0 (the driver forks those): the driver
+    then receives results when it asks for a frame, not a state per block.
+    """
+    if not merges_exactly(measure):
+        return True
+    return eps is None and not forkable(measure)
 
 
 def _holder(ray: Any) -> Any:

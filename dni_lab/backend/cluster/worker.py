@@ -110,12 +110,13 @@ class ShardWorker:
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
         stopped: list[bool] | None = None,
-    ) -> tuple[tuple[list[Any], str], dict[int, Block]]:
+        held: list[bool] | None = None,
+    ) -> tuple[tuple[list[Any], str], dict[int, Any]]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
 
-        Called with ``num_returns=2``: the states come back to the driver, the blocks of
-        the measures that do not merge exactly (``logreg``) go to a
-        :class:`~.probes.ProbeHolder` without passing through the driver.
+        Called with ``num_returns=2``: the states come back to the driver; the held
+        ones (``held``: a ``logreg`` block's behaviors, or the states of a run read to
+        the end) go to a :class:`~.probes.ProbeHolder` without passing through it.
 
         Parameters
         ----------
@@ -135,6 +136,8 @@ class ShardWorker:
         stopped : list of bool, optional
             States that stopped reading while others read on (``MeasureState.stop``):
             not updated, returned as None.
+        held : list of bool, optional
+            States a holder keeps (:func:`~.probes.holds`): sent in the second return.
 
         Returns
         -------
@@ -144,7 +147,8 @@ class ShardWorker:
             (:func:`~dni_lab.backend.engine.provenance.block_sha256`): the driver's
             ``data_sha256`` covers records it never saw.
         dict
-            ``{state index: Block}``: the block's behaviors for each held state.
+            ``{state index: Block or state}`` for the held states: a ``Block`` of
+            behaviors where the measure does not merge exactly, else the fresh state.
         """
         records, first = part.read(), part.first
         loaded = self._load(plan[0])
@@ -163,9 +167,13 @@ class ShardWorker:
         insp._read(records, first, loaded.extractors)
         states = [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
                   else None for s in insp.states]  # fmt: skip
-        blocks = {i: st for i, st in enumerate(states) if isinstance(st, Block)}
+        keep = held or [False] * len(states)
+        blocks = {i: st for i, st in enumerate(states) if st is not None
+                  and (keep[i] or isinstance(st, Block))}  # fmt: skip
         for i, st in enumerate(states):  # a fresh state's zero parts stay here
             states[i] = None if i in blocks else trimmed(st)
+            if i in blocks and not isinstance(st, Block):
+                blocks[i] = trimmed(st)
         return (states, block_sha256(records)), blocks
 
     def _load(self, ref: Any) -> _Loaded:
