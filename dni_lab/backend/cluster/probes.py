@@ -15,14 +15,18 @@ measures' fresh per-shard states (those that do not calibrate on block 0), in sh
 order with ``Measure.merge``, and the driver receives their results instead of a state
 per block (:func:`holds`).
 
-A holder holds the probe's rows (what the driver held before) in one process; it
-reserves no CPU and is kept between runs, like the workers. A Stop kills it (its fit
-cannot see the Stop), and the frame keeps the last result the driver received.
+A holder holds the probe's rows (what the driver held before) in one process on the
+driver's node (a worker node's death leaves it alive); it reserves no CPU and is kept
+between runs, like the workers. Ray sends a return value under 100 KB to its owner,
+the driver, inline: such small blocks pass through the driver's process after all.
+A Stop kills the holder (its fit cannot see the Stop) unless another run uses it, and
+the frame keeps the last result the driver received.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,7 @@ _STOP_WAIT_S = 5.0
 
 #: Holders kept between runs, per Ray session (a new Python with torch costs seconds).
 _HOLDERS: dict[tuple[int, str], Any] = {}
+_ACTIVE: Counter[tuple[int, str]] = Counter()  # runs using each session's holder now
 
 
 class ProbeHolder:
@@ -52,9 +57,9 @@ class ProbeHolder:
     """
 
     def __init__(self) -> None:
-        self._run: str | None = None
-        self._states: dict[int, tuple[Measure, Any]] = {}
-        self._merged: set[int] = set()
+        # run -> (state index -> (measure, state), states that received a shard); two
+        # runs may overlap (a notebook starts a query while the last one stops)
+        self._runs: dict[str, tuple[dict[int, tuple[Measure, Any]], set[int]]] = {}
 
     def begin(self, run: str, specs: list[tuple[int, Measure, int]], n_hyps: int,
               info: Any, threads: int) -> None:  # fmt: skip
@@ -64,36 +69,34 @@ class ProbeHolder:
         the float rounding of its products, which depends on the threads that sum them.
         """
         torch.set_num_threads(threads)
-        self._run = run
-        self._states = {i: (m, m.start(n, n_hyps, "cpu", info)) for i, m, n in specs}
-        self._merged: set[int] = set()  # states that received their first shard
+        self._runs[run] = ({i: (m, m.start(n, n_hyps, "cpu", info)) for i, m, n in specs}, set())
 
     def update(self, run: str, blocks: dict[int, Any]) -> None:
         """Fold one shard's ``{state index: Block or fresh state}`` into the run's states:
         a block of behaviors by ``update``, a state by ``merge`` (the first replaces the
         empty one, as on the driver)."""
-        if run != self._run:
+        if run not in self._runs:
             return
+        states, merged = self._runs[run]
         for i, b in sorted(blocks.items()):
-            m, acc = self._states[i]
+            m, acc = states[i]
             if isinstance(b, Block):
                 acc = m.update(acc, b.U, b.H, b.mask)
             else:
-                acc = untrimmed(b) if i not in self._merged else m.merge(acc, untrimmed(b))
-                self._merged.add(i)
-            self._states[i] = (m, acc)
+                acc = untrimmed(b) if i not in merged else m.merge(acc, untrimmed(b))
+                merged.add(i)
+            states[i] = (m, acc)
 
     def result(self, run: str, index: int, confidence: float, final: bool,
                known: str | None) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
         """A state's ``peek`` (or ``result`` when ``final``) as :func:`_encode` ships it."""
-        m, acc = self._states[index]
+        m, acc = self._runs[run][0][index]
         res = m.result(acc, confidence) if final else m.peek(acc, confidence)
         return _encode(res, known)
 
     def end(self, run: str) -> None:
         """Free the run's rows (the holder is kept for the next run)."""
-        if run == self._run:
-            self._run, self._states = None, {}
+        self._runs.pop(run, None)
 
 
 class Held(Measure):
@@ -121,6 +124,7 @@ class ProbeLink:
     def __init__(self, ray: Any, insp: Any, held: list[int], run: str) -> None:
         self.ray, self.insp, self.run = ray, insp, run
         self.holder = _holder(ray)
+        _ACTIVE[session(ray)] += 1
         self.received = 0  # bytes of the results the holder sent
         self._known: dict[int, tuple[str, MeasureResult]] = {}
         self._pending: list[Any] = []
@@ -162,10 +166,12 @@ class ProbeLink:
         return self._known[index][1]
 
     def close(self, keep: bool) -> None:
-        """Free the run's rows; after a Stop or a failure, kill the holder (mid-fit)."""
+        """Free the run's rows; after a Stop or a failure, kill the holder (mid-fit)
+        unless another run uses it."""
         self.closed = True
         key = session(self.ray)
-        if keep:
+        _ACTIVE[key] -= 1
+        if keep or _ACTIVE[key] > 0:
             self.holder.end.remote(self.run)
         else:
             _HOLDERS.pop(key, None)
@@ -193,7 +199,13 @@ def _holder(ray: Any) -> Any:
     for old in [k for k in _HOLDERS if k != key]:  # a Ray this process left
         del _HOLDERS[old]
     if key not in _HOLDERS:
-        opts = placed({"num_cpus": 0}, None)
+        # On the driver's node: a worker node that dies must not take the held states
+        # with it (the driver's own node dying ends the run anyway).
+        try:
+            here = str(ray.get_runtime_context().get_node_id())
+        except Exception:  # a Ray Client driver has no node of its own
+            here = None
+        opts = placed({"num_cpus": 0}, here)
         _HOLDERS[key] = ray.remote(ProbeHolder).options(**opts).remote()
     return _HOLDERS[key]
 
