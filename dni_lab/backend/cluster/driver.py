@@ -192,10 +192,11 @@ class _Pool:
         self.inflight: dict[Any, tuple[Shard, int, Any]] = {}
         self.load = [0] * len(self.actors)  # shards in flight per actor
         self.tries: Counter[int] = Counter()  # failed reads per shard index
-        self.received = 0  # bytes of the states (or behaviors) workers sent back
+        self.received = 0  # bytes of the states workers sent back (held ones not)
         self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
-        # states whose measure does not merge exactly (logreg) live on a holder actor
+        # states kept on a holder actor (probes.holds): logreg's always, and in a run read
+        # to the end every exact one that does not calibrate on block 0
         held = [i for i, s in enumerate(insp.states) if holds(s.measure, insp.params.eps)]
         self.held = [i in held for i in range(len(insp.states))]
         self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
