@@ -209,6 +209,8 @@ def test_stop_cancels_every_worker_within_seconds():
     frame = run.result()
     assert insp.progress.cancelled and not frame["converged"].all()
     assert 0 < frame["n_records"].max() < 600
+    # read to the end, corr's states live on the holder: the Stop still gets their scores
+    assert frame["unit_score"].drop_nulls().len() > 0
     for actor in insp.cluster_workers:  # Stop killed them: nothing keeps reading
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.pid.remote(), timeout=30)
