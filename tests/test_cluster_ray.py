@@ -101,6 +101,53 @@ def test_early_stopping_decides_on_merged_states_as_one_process(other):
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
 
 
+def test_workers_read_their_own_blocks_of_files_and_a_ray_dataset(tmp_path, monkeypatch):
+    from test_sources import write_files
+
+    from dni_lab.backend.engine.sources import Part
+
+    recs = random_records(120, seed=5)
+    kw = {"eps": None, "block_size": 24, "cache": False}
+    one = dl.inspect(_model(), [paren, position], ["corr", "logreg"], recs, **kw)
+    sha = dl.provenance(one)["data_sha256"]
+    files = write_files(tmp_path, recs)
+    reads: list[int] = []  # the blocks this process (the driver) reads itself
+    read = Part.read
+    monkeypatch.setattr(Part, "read", lambda part: reads.append(part.first) or read(part))
+    cases = [(files["parquet"], "text"), (files["arrow"], None), (files["text"], None),
+             (files["dir"], None)]  # fmt: skip
+    for i, (data, column) in enumerate(cases):
+        if i == 1:  # a Ray Dataset, once Ray runs: its blocks stay in the object store
+            cases.append((ray.data.from_items([{"text": r} for r in recs]), "text"))
+        reads.clear()
+        many = dl.inspect(_model(), [paren, position], ["corr", "logreg"], data, column=column,
+                          cluster=WORKERS, **kw)  # fmt: skip
+        assert reads == [0], data  # block 0 resolves the units; workers read the rest
+        assert_same_frame(one.sort(KEYS), many.sort(KEYS))
+        assert dl.provenance(many)["data_sha256"] == sha, data
+    solo = dl.inspect(_model(), [paren, position], ["corr", "logreg"], cases[-1][0],
+                      column="text", **kw)  # a Dataset in one process: the same blocks  # fmt: skip
+    assert_same_frame(one.sort(KEYS), solo.sort(KEYS))
+    assert dl.provenance(solo)["data_sha256"] == sha
+
+
+def test_logreg_blocks_and_states_read_to_the_end_go_to_a_holder_not_to_the_driver():
+    recs = random_records(240, seed=7)
+    params = InspectParams(eps=None, block_size=24, cache=False, cluster=WORKERS)
+    insp = Inspection(_model(), [paren], ["logreg", "corr"], recs, params=params)
+    insp.run()
+    stats = insp.cluster_stats
+    units = sum(len(s.columns) for s in insp.states)
+    behaviors = 4 * units * sum(len(r) for r in recs)  # float32, every symbol of every unit
+    # before the holder the driver received every behavior of logreg (100%) and corr's
+    # state per block; now the final results only
+    assert 0 < stats["bytes_received"] < 0.1 * behaviors, (stats, behaviors)
+    assert all(type(s.measure).__name__ == "Held" for s in insp.states)
+    one = Inspection(_model(), [paren], ["logreg", "corr"], recs,
+                     params=params.replace(cluster=None))  # fmt: skip
+    assert_same_frame(one.run().sort(KEYS), insp.frame(final=True).sort(KEYS))  # kept result
+
+
 def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
     run = dl.inspect(_model(), [paren], ["corr"], random_records(40), eps=None, block_size=20,
                      cache=False, cluster=WORKERS, background=True)  # fmt: skip
@@ -162,6 +209,8 @@ def test_stop_cancels_every_worker_within_seconds():
     frame = run.result()
     assert insp.progress.cancelled and not frame["converged"].all()
     assert 0 < frame["n_records"].max() < 600
+    # read to the end, corr's states live on the holder: the Stop still gets their scores
+    assert frame["unit_score"].drop_nulls().len() > 0
     for actor in insp.cluster_workers:  # Stop killed them: nothing keeps reading
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.pid.remote(), timeout=30)

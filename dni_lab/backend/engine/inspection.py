@@ -4,7 +4,6 @@ convergence checked per (unit group, hypothesis, measure), early stop, cancel.""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,12 +28,12 @@ from .resolve import (
     as_families,
     as_measures,
     as_models,
-    as_records,
     is_feature_set,
     normalize_units,
     resolve_units,
     units_of,
 )
+from .sources import Part, as_source
 from .states import MeasureState
 
 #: Records after which a pair whose score is still null (constant so far) counts as settled.
@@ -150,13 +149,14 @@ class Inspection:
         data: Iterable[Any] = (),
         units: Any = None,
         params: InspectParams | None = None,
+        column: str | None = None,
     ) -> None:
         self.params = params if params is not None else InspectParams()
         self.models = as_models(models)
         self.families, self.info = as_families(hypotheses)
         self.measures = as_measures(measures)
         self.units = normalize_units(units, self.models)
-        self.data = as_records(data)
+        self.data = as_source(data, column)  # records in memory, files, a Ray Dataset
         self.device = resolve_device(self.params.device)
         self.cache = as_cache(self.params.cache)
         self.hids = [i.name for i in self.info]
@@ -164,7 +164,7 @@ class Inspection:
         widths = [len(f.signals()) for f in self.families]
         self._family_cols = np.split(np.arange(sum(widths)), np.cumsum(widths)[:-1])
         self.states: list[MeasureState] = []
-        self.progress = Progress(total_records=_length(data, self.params.max_records))
+        self.progress = Progress(total_records=_length(self.data.total, self.params.max_records))
         self._cancel = False
         self._read_to_end = False
         self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
@@ -343,19 +343,19 @@ class Inspection:
         return True
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
-        it = iter(self.data)
-        if self.params.max_records is not None:
-            it = itertools.islice(it, self.params.max_records)
-        first = 0
-        while True:
-            block = list(itertools.islice(it, self.params.block_size))
-            if not block:
-                self._read_to_end = True
-                if first == 0:
-                    raise DNIError("the data holds no records; pass a non-empty sequence.")
-                return
-            yield block, first
-            first += len(block)
+        for part in self._parts():
+            yield part.read(), part.first
+
+    def _parts(self) -> Iterator[Part]:
+        """The data's blocks as :class:`~.sources.Part` objects (a cluster's workers read
+        a file's parts themselves); sets ``_read_to_end`` once the data ended."""
+        any_part = False
+        for part in self.data.parts(self.params.block_size, self.params.max_records):
+            any_part = True
+            yield part
+        self._read_to_end = True
+        if not any_part:
+            raise DNIError("the data holds no records; pass a non-empty sequence.")
 
     def _hypothesis_block(
         self,
@@ -558,9 +558,7 @@ def _plain(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, ok) else repr(v) for k, v in params.items()}
 
 
-def _length(data: Any, max_records: int | None) -> int | None:
-    try:
-        n = len(data)
-    except TypeError:
+def _length(total: int | None, max_records: int | None) -> int | None:
+    if total is None:
         return max_records
-    return min(n, max_records) if max_records is not None else n
+    return min(total, max_records) if max_records is not None else total

@@ -195,20 +195,40 @@ def _offloaded(module: nn.Module, name: str) -> torch.Tensor | None:
 
 
 class RecordsHash:
-    """Incremental hash of the records a run read, in order."""
+    """Hash of the records a run read: a SHA-256 over each block's own hash, in block order.
+
+    A block's hash (:func:`block_sha256`) covers its records in order; whoever read the
+    block (this process, or a Ray worker reading its own part of a file) computes it,
+    so one process and a cluster give the same ``data_sha256`` for the same blocks. It
+    depends on the data, the order and ``block_size`` (which the record also holds).
+    Before worker-side reading it was one running hash over the records; frames
+    exported before then hash their data differently.
+    """
 
     def __init__(self) -> None:
         self._h = hashlib.sha256()
         self.count = 0
 
-    def update(self, records: Iterable[Any]) -> None:
-        for r in records:
-            self._h.update(_record_bytes(r))
-            self._h.update(b"\x00")
-            self.count += 1
+    def update(self, records: list[Any]) -> None:
+        """Add a block of records read here."""
+        self.add(block_sha256(records), len(records))
+
+    def add(self, digest: str, count: int) -> None:
+        """Add a block's hash, computed wherever the block was read."""
+        self._h.update(digest.encode())
+        self.count += count
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+
+def block_sha256(records: Iterable[Any]) -> str:
+    """SHA-256 of one block's records, in order."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(_record_bytes(r))
+        h.update(b"\x00")
+    return h.hexdigest()
 
 
 def _record_bytes(record: Any) -> bytes:
