@@ -195,18 +195,20 @@ def _offloaded(module: nn.Module, name: str) -> torch.Tensor | None:
 
 
 class RecordsHash:
-    """Hash of the records a run read: a SHA-256 over each block's own hash, in block order.
+    """Hash of the records a run read, the same however they were cut into blocks.
 
-    A block's hash (:func:`block_sha256`) covers its records in order; whoever read the
-    block (this process, or a Ray worker reading its own part of a file) computes it,
-    so one process and a cluster give the same ``data_sha256`` for the same blocks. It
-    depends on the data, the order and ``block_size`` (which the record also holds).
-    Before worker-side reading it was one running hash over the records; frames
-    exported before then hash their data differently.
+    Each record's SHA-256 is a coefficient of a polynomial evaluated at a fixed point
+    modulo the prime 2**255 - 19 (Horner's rule, in record order); a block's value
+    (:func:`block_sha256`) is computed wherever the block was read, and blocks join as
+    ``acc * B**len(block) + block`` in block order. So one process, a cluster whose workers
+    read their own parts of a file, and any ``block_size`` give the same ``data_sha256``
+    for the same records in the same order; another order or another record changes it.
+    ``data_sha256`` is the SHA-256 of that value and the record count. Frames exported
+    before 2026-11-26 hash their data differently (one running SHA-256 over the records).
     """
 
     def __init__(self) -> None:
-        self._h = hashlib.sha256()
+        self._acc = 0
         self.count = 0
 
     def update(self, records: list[Any]) -> None:
@@ -214,21 +216,25 @@ class RecordsHash:
         self.add(block_sha256(records), len(records))
 
     def add(self, digest: str, count: int) -> None:
-        """Add a block's hash, computed wherever the block was read."""
-        self._h.update(digest.encode())
+        """Add a block's value (:func:`block_sha256`), computed wherever the block was read."""
+        self._acc = (self._acc * pow(_BASE, count, _PRIME) + int(digest, 16)) % _PRIME
         self.count += count
 
     def hexdigest(self) -> str:
-        return self._h.hexdigest()
+        return hashlib.sha256(f"{self._acc:064x}:{self.count}".encode()).hexdigest()
+
+
+_PRIME = 2**255 - 19
+_BASE = int.from_bytes(hashlib.sha256(b"dni_lab records").digest(), "big") % _PRIME
 
 
 def block_sha256(records: Iterable[Any]) -> str:
-    """SHA-256 of one block's records, in order."""
-    h = hashlib.sha256()
+    """One block's value for :class:`RecordsHash`: its records' SHA-256s, in order."""
+    acc = 0
     for r in records:
-        h.update(_record_bytes(r))
-        h.update(b"\x00")
-    return h.hexdigest()
+        d = int.from_bytes(hashlib.sha256(_record_bytes(r)).digest(), "big")
+        acc = (acc * _BASE + d) % _PRIME
+    return f"{acc:064x}"
 
 
 def _record_bytes(record: Any) -> bytes:
