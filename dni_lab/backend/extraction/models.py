@@ -264,10 +264,11 @@ class Model:
         """
         store: dict[str, Any] = {}
         handles = []
+        layers = set(self.layers) if addresses else set()  # one walk of the modules in all
         try:
             for addr in addresses:
                 base, k, _cell = self.split_address(addr)
-                if k is None and addr in self.layers:
+                if k is None and addr in layers:
                     handles.append(self._module(addr).register_forward_hook(_keep(store, addr)))
                 else:
                     mod = self._module(base)

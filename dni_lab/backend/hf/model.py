@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -282,6 +283,8 @@ class HFModel(Model):
         if self._decoder is not None and self.decoder_input is None:
             module = module.get_encoder()  # no decoder inputs: the encoder stack alone
             batch = seq2seq.encoder_inputs(module, batch)
+        if _takes_use_cache(type(module)) and "use_cache" not in batch:
+            batch["use_cache"] = False  # a key/value cache costs copies no reading needs
         try:
             return module(**to_device(batch, _input_device(self.module)))
         except capture.StopForward:  # every captured address fired: the rest was not needed
@@ -486,6 +489,14 @@ def tokenizer_hash(tokenizer: Any) -> str:
     # the Rust side serializes its vocabulary in hash order: sort before hashing
     spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _takes_use_cache(cls: type) -> bool:
+    try:
+        return "use_cache" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature
+        return False
 
 
 def _input_device(module: nn.Module) -> torch.device:
