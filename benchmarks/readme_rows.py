@@ -127,6 +127,12 @@ def _depth(h: dict) -> tuple[str, str, str]:
     return ours, secs(h["seconds_bare"]), times(h["speedup_extract_block3"])
 
 
+def _depth_all(h: dict) -> tuple[str, str, str]:
+    return (f"{secs(h['seconds_inspect_all'])} ({h['records']} records)",
+            f"{secs(h['seconds_bare'])} (the body alone, no LM head: "
+            f"{secs(h['seconds_bare_body'])})", times(h["speedup_inspect_all"]))  # fmt: skip
+
+
 def _peer_best(h: dict, key: str) -> float:
     """The faster peer's speed-up over a bare forward in ``key`` (block3, all, mixed)."""
     return max(h["peers"][f"speedup_{t}"][key] for t in ("transformer_lens", "nnsight"))
@@ -135,9 +141,14 @@ def _peer_best(h: dict, key: str) -> float:
 def _peers(key: str):
     def cells(h: dict) -> tuple[str, str, str]:
         p = h["peers"]
-        return (f"{times(p['speedup_ours'][key])} a bare forward",
-                f"TransformerLens {times(p['speedup_transformer_lens'][key])}, "
-                f"nnsight {times(p['speedup_nnsight'][key])}",
+        # on a busy machine the load moves between the tools' processes: CPU seconds beside
+        cpu = {t: p[f"speedup_cpu_{t}"][key] for t in ("ours", "transformer_lens", "nnsight")
+               if f"speedup_cpu_{t}" in p}  # fmt: skip
+        on_cpu = lambda t: f" (CPU {times(cpu[t])})" if t in cpu else ""  # noqa: E731
+        return (f"{times(p['speedup_ours'][key])} a bare forward{on_cpu('ours')}",
+                f"TransformerLens {times(p['speedup_transformer_lens'][key])}"
+                f"{on_cpu('transformer_lens')}, "
+                f"nnsight {times(p['speedup_nnsight'][key])}{on_cpu('nnsight')}",
                 times(p["speedup_ours"][key] / _peer_best(h, key)))  # fmt: skip
 
     return cells
@@ -264,6 +275,10 @@ ROWS: tuple[Row, ...] = (
     Row("extraction of units in every block vs a bare forward pass, and the peers",
         "`bench_hf_depth.py --peers`", "hf_depth", _peers("all"),
         (Target("", ">=", 0.95, "×", lambda h: h["peers"]["speedup_ours"]["all"]),)),
+    Row("`dl.inspect` end to end (`corr`) with units in every block (9,216) vs a bare forward "
+        "pass: the pass stops before the final layer norm and the LM head", "`bench_hf_depth.py`",
+        "hf_depth", _depth_all,
+        (Target("", ">=", 0.95, "×", lambda h: h["speedup_inspect_all"]),)),
     Row("padding waste, records of 16 to 256 words in forward batches", "`bench_hf_depth.py "
         "--peers`", "hf_depth", _waste,
         (Target("", "<=", 10, "%",
