@@ -23,10 +23,12 @@ Workers are started on a local Ray with as many CPUs as the largest count asks f
 (each computes with ``cores // workers`` threads). Timings from a busy machine mean
 little: run it on a quiet one.
 
-Each run also prints the bytes the driver receives per block (the measure states the
-workers send back; for ``logreg``, whose states a holder actor updates from blocks the
-driver never fetches, the probe's results) beside the bytes of that block's
-behaviors, which a worker computes and keeps, and their ratio. ``--bytes-measures``
+Each run also prints the bytes the driver receives per block (what the workers send
+back, the block's hash and the states of calibrating measures, ``mi`` and ``iou``; and
+what the holder actor that merges the other states sends: with early stopping the
+pairs settled after each block, two bits a pair, and results and frozen scores when a
+frame is shown) beside the bytes of that block's behaviors, which a worker computes
+and keeps, and their ratio. ``--bytes-measures``
 (default ``corr,logreg``) adds one cluster run per measure with the largest worker
 count, reading to the end and with early stopping (``eps=0.025``), to show each
 measure's share against the target of at most 1% of the behaviors.
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workers", default=None, help="comma-separated counts (1,2,4,... cores)")
     ap.add_argument("--block-size", type=int, default=512)
     ap.add_argument("--measures", default="corr",
-                    help="comma-separated (logreg is updated on the driver: it scales less)")
+                    help="comma-separated (logreg is updated on one holder actor: it scales less)")
     ap.add_argument("--address", default=None, help="a Ray address instead of a local Ray")
     ap.add_argument("--nodes", default=None,
                     help="comma-separated node counts: a table of clusters made on this machine")
@@ -239,9 +241,9 @@ def bytes_table(wl: Workload, measures: list[str], block_size: int, workers: int
                 eps_values: list[float | None]) -> list[dict[str, Any]]:  # fmt: skip
     """Per measure: bytes the driver receives per block, against the block's behaviors.
 
-    Read to the end, the driver receives every block's states (``corr``) or only the
-    final result (``logreg``); with early stopping it also receives a probe's result at
-    each check where it changed. Each row compares the frame with one process's.
+    Read to the end, the driver receives the final results; with early stopping also
+    the pairs that settled after each block (bits) and the scores frozen when they
+    did. Each row compares the frame with one process's.
     """
     import ray
 

@@ -195,10 +195,11 @@ class _Pool:
         self.received = 0  # bytes of the states workers sent back (held ones not)
         self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
-        # states kept on a holder actor (probes.holds): logreg's always, and in a run read
-        # to the end every exact one that does not calibrate on block 0
-        held = [i for i, s in enumerate(insp.states) if holds(s.measure, insp.params.eps)]
+        # states kept on a holder actor (probes.holds): logreg's, and every exact one that
+        # does not calibrate on block 0; the driver merges and checks the others
+        held = [i for i, s in enumerate(insp.states) if holds(s.measure)]
         self.held = [i in held for i in range(len(insp.states))]
+        self.local = [s for i, s in enumerate(insp.states) if not self.held[i]]
         self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
@@ -298,12 +299,12 @@ class _Pool:
                 order.put(index, states)
             for index, (states, digest, blocks) in order.ready():
                 self._merge(insp, index, states)
-                if self.link is not None:
-                    self.link.feed(blocks)
                 merged_hash.add(digest, sizes[index])
                 insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
-                insp._check_convergence()
+                if self.link is not None:  # with early stopping: the held states' check
+                    self.link.feed(blocks)  # returns at once on a Stop
+                insp._check_convergence(self.local)
                 insp.progress.mark(time.perf_counter() - start)
                 if on_block is not None:
                     on_block(insp)

@@ -1,19 +1,22 @@
-"""States kept off the driver: probes always, every state of a run read to the end.
+"""States kept off the driver: a probe's always, every exact one but a calibrating one.
 
 ``logreg``'s state keeps every row it read, and its ``merge`` is not order-exact
 (shards.py), so one state must read the blocks in record order. That state lives on a
 :class:`ProbeHolder` actor: workers return a held measure's block (its units'
 behaviors) as a second Ray object that the driver never fetches; the driver hands its
 reference to the holder, in shard order, and the holder fetches it from the worker's
-node and runs ``measure.update`` on it, the very code one process runs. The driver
-receives only results (``peek`` per early-stopping check, ``result`` at the end), and
-a result equal to the one it already has is not sent again (:func:`_encode`).
+node and runs ``measure.update`` on it, the very code one process runs.
 
-A run read to the end (``eps=None``) checks no convergence per block, so the driver
-needs no state until it shows a frame: there the holder also merges the exact
-measures' fresh per-shard states (those that do not calibrate on block 0), in shard
-order with ``Measure.merge``, and the driver receives their results instead of a state
-per block (:func:`holds`).
+The exact measures' fresh per-shard states (those that do not calibrate on block 0,
+which the driver forks) go to the holder the same way, which merges them in shard
+order with ``Measure.merge`` (:func:`holds`). With early stopping the holder also runs
+the convergence check after each block, :meth:`MeasureState.check`, the one-process
+code, on its own :class:`MeasureState` of each held state; the driver receives the
+pairs that converged or are decided (two bits a pair, wire.py) and decides with them,
+as one process does, whether to stop: it tells the holder which states stopped with
+the next block. Results (``peek``, ``result``) and the scores frozen when pairs
+converged reach the driver only when it shows a frame (the live table, the end), and a
+result equal to the one it already has is not sent again.
 
 A holder holds the probe's rows (what the driver held before) in one process on the
 driver's node (a worker node's death leaves it alive); it reserves no CPU and is kept
@@ -25,18 +28,29 @@ the frame keeps the last result the driver received.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..engine.states import MeasureState
 from ..measures import Measure
 from ..measures.base import MeasureResult
 from .connect import session, worker_error
 from .placement import placed
 from .shards import Block, forkable, merges_exactly, untrimmed
+from .wire import (
+    Bits,
+    apply_frozen,
+    apply_settled,
+    decode,
+    encode,
+    frozen_since,
+    nbytes,
+    no_result,
+    settled,
+)
 
 #: Seconds between checks for a Stop while waiting for a result (the driver's POLL_S).
 _POLL_S = 0.1
@@ -49,6 +63,16 @@ _HOLDERS: dict[tuple[int, str], Any] = {}
 _ACTIVE: Counter[tuple[int, str]] = Counter()  # runs using each session's holder now
 
 
+class _Run:
+    """One run's held states on a holder, and what the driver was sent of them."""
+
+    def __init__(self, states: dict[int, MeasureState]) -> None:
+        self.states = states
+        self.merged: set[int] = set()  # states that received a shard's state
+        self.bits: dict[int, bytes] = {}  # the settled bits last sent, per state
+        self.frozen_sent = {i: np.zeros(s.converged.shape, bool) for i, s in states.items()}
+
+
 class ProbeHolder:
     """Keeps the held states of a run and folds blocks into them in the order given.
 
@@ -57,9 +81,8 @@ class ProbeHolder:
     """
 
     def __init__(self) -> None:
-        # run -> (state index -> (measure, state), states that received a shard); two
-        # runs may overlap (a notebook starts a query while the last one stops)
-        self._runs: dict[str, tuple[dict[int, tuple[Measure, Any]], set[int]]] = {}
+        # two runs may overlap (a notebook starts a query while the last one stops)
+        self._runs: dict[str, _Run] = {}
 
     def begin(self, run: str, specs: list[tuple[int, Measure, int]], n_hyps: int,
               info: Any, threads: int) -> None:  # fmt: skip
@@ -69,30 +92,65 @@ class ProbeHolder:
         the float rounding of its products, which depends on the threads that sum them.
         """
         torch.set_num_threads(threads)
-        self._runs[run] = ({i: (m, m.start(n, n_hyps, "cpu", info)) for i, m, n in specs}, set())
+        self._runs[run] = _Run({
+            i: MeasureState(None, m, "", np.arange(n), m.start(n, n_hyps, "cpu", info),  # type: ignore[arg-type]
+                            np.zeros((n, n_hyps), bool))
+            for i, m, n in specs
+        })  # fmt: skip
 
-    def update(self, run: str, blocks: dict[int, Any]) -> None:
-        """Fold one shard's ``{state index: Block or fresh state}`` into the run's states:
-        a block of behaviors by ``update``, a state by ``merge`` (the first replaces the
-        empty one, as on the driver)."""
-        if run not in self._runs:
-            return
-        states, merged = self._runs[run]
+    def update(
+        self,
+        run: str,
+        blocks: dict[int, Any],
+        stops: dict[int, int] | None = None,
+        check: tuple[float, float, int] | None = None,
+    ) -> dict[int, Bits] | None:
+        """Fold one shard's ``{state index: Block or fresh state}`` into the run's states.
+
+        A block of behaviors by ``update``, a state by ``merge`` (the first replaces the
+        empty one, as on the driver). ``stops`` names states that stopped reading before
+        this shard (``MeasureState.stop`` on the driver): their later shards are dropped.
+        With ``check`` = ``(eps, confidence, records read)``, the convergence check
+        follows, and the settled bits of each state whose bits changed are returned.
+        """
+        r = self._runs.get(run)
+        if r is None:
+            return None
+        for i, at in (stops or {}).items():
+            r.states[i].stopped_at = at
         for i, b in sorted(blocks.items()):
-            m, acc = states[i]
+            s = r.states[i]
+            if s.stopped_at is not None:  # a shard dealt before the driver said so
+                continue
             if isinstance(b, Block):
-                acc = m.update(acc, b.U, b.H, b.mask)
+                s.accumulator = s.measure.update(s.accumulator, b.U, b.H, b.mask)
             else:
-                acc = untrimmed(b) if i not in merged else m.merge(acc, untrimmed(b))
-                merged.add(i)
-            states[i] = (m, acc)
+                new = untrimmed(b)
+                s.accumulator = new if i not in r.merged else s.measure.merge(s.accumulator, new)
+                r.merged.add(i)
+        if check is None:
+            return None
+        out = {}
+        for i, s in r.states.items():
+            if not s.measure.has_error:  # never converges: nothing to check or send
+                continue
+            s.check(*check)
+            bits = settled(s)
+            key = bits[0].tobytes() + bits[1].tobytes() + bits[2].encode()
+            if r.bits.get(i) != key:
+                r.bits[i] = key
+                out[i] = bits
+        return out
 
-    def result(self, run: str, index: int, confidence: float, final: bool,
-               known: str | None) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
-        """A state's ``peek`` (or ``result`` when ``final``) as :func:`_encode` ships it."""
-        m, acc = self._runs[run][0][index]
-        res = m.result(acc, confidence) if final else m.peek(acc, confidence)
-        return _encode(res, known)
+    def result(self, run: str, index: int, confidence: float, final: bool, known: str | None
+               ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:  # fmt: skip
+        """A state's ``peek`` (or ``result`` when ``final``) as :func:`~.wire.encode`
+        ships it, and the scores frozen since the last call (:func:`~.wire.frozen_since`)."""
+        r = self._runs[run]
+        s = r.states[index]
+        res = s.measure.result(s.accumulator, confidence) if final else s.measure.peek(
+            s.accumulator, confidence)  # fmt: skip
+        return (*encode(res, known), frozen_since(s, r.frozen_sent[index]))
 
     def end(self, run: str) -> None:
         """Free the run's rows (the holder is kept for the next run)."""
@@ -119,32 +177,70 @@ class Held(Measure):
 
 
 class ProbeLink:
-    """The driver's side of a run's holder: blocks handed over, results fetched."""
+    """The driver's side of a run's holder: blocks handed over, settled pairs and
+    results fetched."""
 
     def __init__(self, ray: Any, insp: Any, held: list[int], run: str) -> None:
-        self.ray, self.insp, self.run = ray, insp, run
+        self.ray, self.insp, self.run, self.held = ray, insp, run, held
         self.holder = _holder(ray)
         _ACTIVE[session(ray)] += 1
-        self.received = 0  # bytes of the results the holder sent
+        self.received = 0  # bytes of what the holder sent
         self._known: dict[int, tuple[str, MeasureResult]] = {}
         self._pending: list[Any] = []
+        self._told: set[int] = set()  # stopped states the holder knows of
         self.closed = False
         specs = [(i, insp.states[i].measure, len(insp.states[i].columns)) for i in held]
+        # with early stopping the holder checks its states after each block (those with
+        # an error estimate: the others never converge)
+        self.checks = any(m.has_error for _, m, _ in specs)
         threads = torch.get_num_threads()
         self.holder.begin.remote(run, specs, len(insp.info), insp.info, threads)
         for i, (_, m, _) in zip(held, specs, strict=True):
             insp.states[i].measure = Held(m, self, i)
 
     def feed(self, blocks: Any) -> None:
-        """Hand one shard's blocks (a reference: the driver does not fetch them) over."""
-        self._pending.append(self.holder.update.remote(self.run, blocks))
+        """Hand one shard's blocks (a reference: the driver does not fetch them) over,
+        after the states that stopped since the last; with early stopping, wait for the
+        holder's convergence check and copy its settled pairs into the driver's states.
+
+        Call after ``progress.records_read`` counts the shard. Returns early on a Stop.
+        """
+        insp = self.insp
+        stops = {i: insp.states[i].stopped_at for i in self.held
+                 if insp.states[i].stopped_at is not None and i not in self._told}  # fmt: skip
+        self._told |= set(stops)
+        check = None
+        if self.checks and insp._checks():
+            check = (insp.params.eps, insp.params.confidence, insp.progress.records_read)
+        ref = self.holder.update.remote(self.run, blocks, stops, check)
+        self._pending.append(ref)
+        if check is None:
+            return
+        while not self.ray.wait([ref], timeout=_POLL_S)[0]:
+            if insp._cancel:
+                return
+        changes = self._get(ref)
+        self.received += nbytes(changes)
+        for i, bits in (changes or {}).items():
+            apply_settled(insp.states[i], bits)
+
+    def _get(self, ref: Any) -> Any:
+        """``ref``'s value, after raising the first error of an earlier update."""
+        try:
+            self.ray.get(self._pending)  # an update's error, in the order it happened
+            out = self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as err:
+            raise worker_error(err) from None
+        self._pending.clear()
+        return out
 
     def result(self, index: int, confidence: float, final: bool) -> MeasureResult:
         known = self._known.get(index)
-        kept = known[1] if known else _none(self.insp.states[index])
+        state = self.insp.states[index]
+        kept = known[1] if known else no_result(state)
         # A Stop: a probe's scores as they stood (its fit on the holder cannot see the
         # Stop); an exact measure's are cheap to ask for, unless the holder is busy.
-        probe = not merges_exactly(self.insp.states[index].measure.measure)
+        probe = not merges_exactly(state.measure.measure)
         if self.closed or (self.insp._cancel and probe):
             return kept
         ref = self.holder.result.remote(self.run, index, confidence, final,
@@ -154,15 +250,12 @@ class ProbeLink:
             waited += _POLL_S if self.insp._cancel else 0.0
             if self.insp._cancel and (probe or waited > _STOP_WAIT_S):
                 return kept
-        try:
-            self.ray.get(self._pending)  # an update's error, in the order it happened
-            digest, payload = self.ray.get(ref)
-        except self.ray.exceptions.RayTaskError as err:
-            raise worker_error(err) from None
-        self._pending.clear()
+        digest, payload, frozen = self._get(ref)
+        self.received += nbytes(payload) + nbytes(frozen)
+        if frozen is not None:  # the frame's converged pairs show these scores
+            apply_frozen(state, frozen)
         if payload is not None:
-            self.received += sum(v.nbytes for v in payload.values() if hasattr(v, "nbytes"))
-            self._known[index] = (digest, _decode(payload))
+            self._known[index] = (digest, decode(payload))
         return self._known[index][1]
 
     def close(self, keep: bool) -> None:
@@ -181,17 +274,15 @@ class ProbeLink:
                 pass
 
 
-def holds(measure: Measure, eps: float | None) -> bool:
-    """Whether a holder keeps ``measure``'s states in a run with this ``eps``.
+def holds(measure: Measure) -> bool:
+    """Whether a holder keeps ``measure``'s states.
 
-    Always where the measure does not merge exactly (``logreg``: its blocks); and in a
-    run read to the end (``eps=None``), which checks no convergence per block, every
-    measure that does not calibrate on block 0 (the driver forks those): the driver
-    then receives results when it asks for a frame, not a state per block.
+    Where the measure does not merge exactly (``logreg``: its blocks), and every
+    measure that does not calibrate on block 0 (the driver forks those, and merges them
+    itself): the driver receives settled pairs per block and results when it asks for
+    a frame, not a state per block.
     """
-    if not merges_exactly(measure):
-        return True
-    return eps is None and not forkable(measure)
+    return not merges_exactly(measure) or not forkable(measure)
 
 
 def _holder(ray: Any) -> Any:
@@ -217,53 +308,3 @@ def forget_holders(ray: Any) -> None:
             ray.kill(_HOLDERS.pop(key), no_restart=True)
         except Exception:  # already dead, or Ray already gone
             pass
-
-
-def _encode(res: MeasureResult, known: str | None) -> tuple[str, dict[str, Any] | None]:
-    """``res`` as arrays, a group's broadcast rows once and reasons as codes; no payload
-    when its digest is ``known`` (a probe's result changes at its checkpoints only)."""
-    out: dict[str, Any] = {"unit_score": np.ascontiguousarray(res.unit_score),
-                           "err": np.ascontiguousarray(res.err)}  # fmt: skip
-    for name in ("group_score", "group_err"):
-        v = getattr(res, name)
-        if v is None:
-            continue
-        v = np.asarray(v)
-        same = (
-            v.ndim == 2
-            and len(v) > 0
-            and np.array_equal(v, np.broadcast_to(v[:1], v.shape), equal_nan=True)
-        )
-        out[name] = np.ascontiguousarray(v[:1] if same else v)
-        out[name + "_rows"] = v.shape[0] if same else 0
-    texts: dict[Any, int] = {}
-    codes = [texts.setdefault(r, len(texts)) for r in res.reason.ravel()]
-    small = np.uint8 if len(texts) <= 256 else np.int32  # a handful of reasons: a byte each
-    out["reason_codes"] = np.array(codes, small).reshape(res.reason.shape)
-    out["reason_texts"] = list(texts)
-    h = hashlib.sha256()
-    for k in sorted(out):
-        v = out[k]
-        h.update(k.encode() + (v.tobytes() if isinstance(v, np.ndarray) else repr(v).encode()))
-    digest = h.hexdigest()
-    return digest, (None if digest == known else out)
-
-
-def _decode(p: dict[str, Any]) -> MeasureResult:
-    def rows(name: str) -> np.ndarray | None:
-        if name not in p:
-            return None
-        n = p[name + "_rows"]
-        return np.repeat(p[name], n, axis=0) if n else p[name]
-
-    texts = np.empty(len(p["reason_texts"]), dtype=object)
-    texts[:] = p["reason_texts"]
-    return MeasureResult(p["unit_score"], rows("group_score"), p["err"],
-                         texts[p["reason_codes"]], rows("group_err"))  # fmt: skip
-
-
-def _none(state: Any) -> MeasureResult:
-    """No result yet (a Stop before the first): every score null, saying so."""
-    shape = state.converged.shape
-    nan = np.full(shape, np.nan)
-    return MeasureResult(nan, nan.copy(), nan.copy(), np.full(shape, "no score yet", object))

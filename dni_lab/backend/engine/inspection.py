@@ -34,16 +34,7 @@ from .resolve import (
     units_of,
 )
 from .sources import Part, as_source
-from .states import MeasureState
-
-#: Records after which a pair whose score is still null (constant so far) counts as settled.
-#: A hypothesis that first fires after this many records is missed under early stopping;
-#: ``eps=None`` reads everything.
-NULL_SETTLE_RECORDS = 2048
-
-#: A pair of an independent measure whose interval lies wholly below the lower bound of its
-#: hypothesis's TOP_K-th best unit is *decided*: the ranking a user reads cannot change.
-TOP_K = 3
+from .states import NULL_SETTLE_RECORDS, TOP_K, MeasureState  # noqa: F401  (their home was here)
 
 #: Once every other pair has converged or is decided, reading stops even if this share of
 #: pairs (rare hypotheses whose interval shrinks slowly) is still open; the frame names
@@ -433,25 +424,18 @@ class Inspection:
     def _states_of(self, mu: ModelUnits) -> list[MeasureState]:
         return [s for s in self.states if s.model_units is mu]
 
-    def _check_convergence(self) -> None:
-        eps = self.params.eps
-        if eps is None or self.progress.records_read < self.params.min_records:
+    def _checks(self) -> bool:
+        """Whether convergence is checked after this block (early stopping, enough read)."""
+        return self.params.eps is not None and self.progress.records_read >= self.params.min_records
+
+    def _check_convergence(self, states: list[MeasureState] | None = None) -> None:
+        """Check ``states`` (default: all; a cluster's holder checks the ones it merges)
+        after a block, then count the settled pairs of every state."""
+        if not self._checks():
             return
-        for s in self.states:
-            if not s.measure.has_error or s.converged.all() or s.stopped_at is not None:
-                continue
-            res = s.measure.peek(s.accumulator, self.params.confidence)
-            new = (res.err <= eps) & ~s.converged
-            if self.progress.records_read >= NULL_SETTLE_RECORDS:
-                # Still null with a reason (a hypothesis or unit constant so far): no error
-                # estimate will ever come, so waiting for one would defeat early stopping.
-                new |= np.isnan(res.unit_score) & (res.reason != None) & ~s.converged  # noqa: E711
-            if new.any():
-                s.freeze(res, new, self.progress.records_read)
-            if s.measure.joint:
-                s.settle_groups(res, eps)
-            else:
-                s.decide(res, TOP_K)
+        assert self.params.eps is not None
+        for s in self.states if states is None else states:
+            s.check(self.params.eps, self.params.confidence, self.progress.records_read)
         self.progress.pairs_converged = int(sum(s.converged.sum() for s in self.states))
         self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))
 

@@ -13,7 +13,7 @@ parts, so they read the same blocks: the same frame and the same ``data_sha256``
 IPC file (``.arrow``, ``.feather``, ``.ipc``), a text file (one record per line,
 anything else) or a directory of them (its files in name order), or a
 ``ray.data.Dataset``. ``column=`` names the column that holds the records; a table of
-one column needs none.
+one column needs none. readers.py finds a file's segments and reads them.
 """
 
 from __future__ import annotations
@@ -27,12 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DNIError
+from .readers import (
+    ARROW,
+    file_kind,
+    file_segments,
+    is_ray_dataset,
+    ray_segment,
+    schema,
+    segment,
+    stamp,
+    table_segments,
+)
 from .resolve import as_records
-
-#: Lines per segment of a text file: a part reads whole segments and slices them.
-TEXT_LINES = 256
-_CHUNK = 1 << 20  # bytes scanned at a time for line ends
-_ARROW = (".arrow", ".feather", ".ipc")
 
 
 @dataclass
@@ -56,7 +62,7 @@ class Part:
             return self.records
         out: list[Any] = []
         for kind, where, seg, lo, hi in self.pieces:
-            rows = _segment(kind, where, seg, self.column, _stamp(kind, where))
+            rows = segment(kind, where, seg, self.column, stamp(kind, where))
             is_list = isinstance(rows, list)  # text lines; else an Arrow array, sliced first
             out.extend(rows[lo:hi] if is_list else rows.slice(lo, hi - lo).to_pylist())
         return out
@@ -127,7 +133,7 @@ def as_source(data: Any, column: str | None = None) -> Source:
         return data
     if isinstance(data, (str, os.PathLike)) and _looks_like_path(data):
         return _file_source(Path(data), column)
-    if _is_ray_dataset(data):
+    if is_ray_dataset(data):
         return _dataset_source(data, column)
     if column is not None:
         data = _pick_column(data, column)
@@ -147,7 +153,7 @@ def _looks_like_path(data: Any) -> bool:
     text = str(data)
     if "\n" in text or len(text) > 4096:
         return False
-    return Path(text).exists() or Path(text).suffix.lower() in {".parquet", ".txt", *_ARROW}
+    return Path(text).exists() or Path(text).suffix.lower() in {".parquet", ".txt", *ARROW}
 
 
 def _pick_column(data: Any, column: str) -> Any:
@@ -207,138 +213,32 @@ def _file_source(path: Path, column: str | None) -> Source:
                    ) if path.is_dir() else [path]  # fmt: skip
     if not files:
         raise DNIError(f"data={str(path)!r} is a directory with no files.")
-    kinds = {_kind(p) for p in files}
+    kinds = {file_kind(p) for p in files}
     if "text" in kinds and column is not None:
         raise DNIError(f"column={column!r}: {str(path)!r} holds text files (one record per "
                        "line), which have no columns; leave column= out.")  # fmt: skip
     total: int | None = 0
     chosen: str | None = None
     for p in files:
-        if _kind(p) == "text":
+        if file_kind(p) == "text":
             total = None
             continue
-        names = _schema(p)
+        names = schema(p)
         chosen = choose_column(names, column, f"data file {p.name!r}")
         if total is not None:
-            total += sum(n for n, *_ in _table_segments(p))
+            total += sum(n for n, *_ in table_segments(p))
     resolved = [p.resolve() for p in files]
-    return Source(segments=functools.partial(_file_segments, resolved), total=total,
+    return Source(segments=functools.partial(file_segments, resolved), total=total,
                   column=chosen)  # fmt: skip
 
 
-def _kind(path: Path) -> str:
-    suffix = path.suffix.lower()
-    return "parquet" if suffix == ".parquet" else "arrow" if suffix in _ARROW else "text"
-
-
-def _schema(path: Path) -> list[str]:
-    if _kind(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.ParquetFile(path).schema_arrow.names)
-    return list(_ipc(path).schema.names)
-
-
-def _ipc(path: Path) -> Any:
-    import pyarrow as pa
-
-    try:
-        return pa.ipc.open_file(pa.memory_map(str(path)))
-    except pa.ArrowInvalid as exc:
-        raise DNIError(
-            f"data file {str(path)!r} is not an Arrow IPC file ({exc}); write it "
-            "with pyarrow.ipc.new_file (or name a text file .txt)."
-        ) from None
-
-
-def _table_segments(path: Path) -> Iterator[tuple[int, str, str, int]]:
-    if _kind(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        meta = pq.ParquetFile(path).metadata
-        for g in range(meta.num_row_groups):
-            yield meta.row_group(g).num_rows, "parquet", str(path), g
-    else:
-        reader = _ipc(path)  # memory-mapped: a batch's length costs no read of its data
-        for b in range(reader.num_record_batches):
-            yield reader.get_batch(b).num_rows, "arrow", str(path), b
-
-
-def _file_segments(files: list[Path]) -> Iterator[tuple[int, str, Any, Any]]:
-    for p in files:
-        if _kind(p) == "text":
-            yield from _text_segments(p)
-        else:
-            yield from _table_segments(p)
-
-
-def _text_segments(path: Path) -> Iterator[tuple[int, str, str, tuple[int, int]]]:
-    """Runs of ``TEXT_LINES`` lines as byte ranges, found by scanning for line ends."""
-    start = pos = lines = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            at = 0
-            while (nl := chunk.find(b"\n", at)) >= 0:
-                at = nl + 1
-                lines += 1
-                if lines == TEXT_LINES:
-                    yield lines, "text", str(path), (start, pos + at)
-                    start, lines = pos + at, 0
-            pos += len(chunk)
-    if pos > start:  # the rest; a last line without its newline counts too
-        with open(path, "rb") as f:
-            f.seek(start)
-            tail = f.read()
-        n = tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
-        yield n, "text", str(path), (start, pos)
-
-
-@functools.lru_cache(maxsize=2)
-def _segment(kind: str, where: Any, seg: Any, column: str | None, stamp: Any) -> Any:
-    """One segment's records (a list, or an Arrow array sliced lazily), kept for the next
-    part: consecutive parts often share a row group, and a row group reads whole."""
-    return _READ[kind](where, seg, column)
-
-
-def _stamp(kind: str, where: Any) -> Any:
-    """A file's size and time of change: a rewritten file is read again, not from the cache."""
-    if kind == "ray":
-        return None
-    st = os.stat(where)
-    return (st.st_size, st.st_mtime_ns)
-
-
-def _read_text(where: str, seg: tuple[int, int], column: str | None) -> list[str]:
-    with open(where, "rb") as f:
-        f.seek(seg[0])
-        data = f.read(seg[1] - seg[0])
-    lines = data.decode("utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _read_parquet(where: str, seg: int, column: str | None) -> Any:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(where).read_row_group(seg, columns=[column]).column(0)
-
-
-def _read_arrow(where: str, seg: int, column: str | None) -> Any:
-    return _ipc(Path(where)).get_batch(seg).column(column)
-
-
 # -- a Ray Dataset -------------------------------------------------------------
-def _is_ray_dataset(data: Any) -> bool:
-    return type(data).__module__.startswith("ray.data") and hasattr(data, "materialize")
-
-
 def _dataset_source(ds: Any, column: str | None) -> Source:
     """A Ray Dataset's blocks, materialised in the object store, read where they are."""
     names = list(ds.schema().names)
     chosen = choose_column(names, column, "the Ray Dataset")
     done = ds.materialize()  # blocks in the object store, in the dataset's order
-    segments = [_ray_segment(entry) for bundle in done.iter_internal_ref_bundles()
+    segments = [ray_segment(entry) for bundle in done.iter_internal_ref_bundles()
                 for entry in bundle.blocks]  # fmt: skip
     src = Source(segments=functools.partial(iter, segments), total=sum(s[0] for s in segments),
                  column=chosen)  # fmt: skip
@@ -346,17 +246,3 @@ def _dataset_source(ds: Any, column: str | None) -> Source:
     return src
 
 
-def _ray_segment(entry: Any) -> tuple[int, str, Any, None]:
-    # Ray < 2.55 gives (ref, metadata) pairs, later a BlockEntry with both as fields
-    ref, meta = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
-    return int(meta.num_rows), "ray", ref, None
-
-
-def _read_ray(where: Any, seg: Any, column: str | None) -> Any:
-    import ray
-    from ray.data.block import BlockAccessor
-
-    return BlockAccessor.for_block(ray.get(where)).to_arrow().column(column)
-
-
-_READ = {"text": _read_text, "parquet": _read_parquet, "arrow": _read_arrow, "ray": _read_ray}
