@@ -190,6 +190,19 @@ def _cluster(c: dict) -> tuple[str, str, str]:
             f"{times(two['vs_single_process'])} ({times(two['speedup'])} vs 1 worker)")  # fmt: skip
 
 
+def _driver_bytes(c: dict) -> tuple[str, str, str]:
+    """Bytes the driver receives per block, as a share of the block's behaviors."""
+    by = {r["eps"] is None: r for r in c["bytes_by_measure"]}
+    mb = c["block_behavior_bytes"] / 1e6
+    return (f"{by[True]['share_of_behaviors']:.2%} read to the end, "
+            f"{by[False]['share_of_behaviors']:.2%} with early stopping",
+            f"{mb:.3g} MB of behaviors per block", "—")  # fmt: skip
+
+
+def _max_share(c: dict) -> float:
+    return 100 * max(r["share_of_behaviors"] for r in c["bytes_by_measure"])
+
+
 def _coverage(measure: str):
     """Cells of one measure's coverage rows (both workloads in one cell)."""
 
@@ -290,4 +303,10 @@ ROWS: tuple[Row, ...] = (
         (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),
     Row("one inspection on a local Ray cluster, 2 workers vs 1 process, default workload",
         "`bench_cluster.py --workers 1,2`", "cluster", _cluster, (), "info"),
+    Row("bytes the driver receives per block on a local Ray cluster (2 workers), `corr`: "
+        "workers read their own blocks, a holder merges and checks", "`bench_cluster.py`",
+        "cluster_bytes", _driver_bytes, (Target("", "<=", 1, "%", _max_share),)),
+    Row("the same for `logreg` (its rows stay on the holder)", "`bench_cluster.py --quick --records 2048 "
+        "--bytes-measures logreg`", "cluster_bytes_logreg", _driver_bytes,
+        (Target("", "<=", 1, "%", _max_share),)),
 )  # fmt: skip

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,11 @@ class Source:
         self._records = records
         self.total = total
         self.column = column
+
+    @property
+    def in_memory(self) -> Sequence[Any] | None:
+        """The records, where ``data=`` was a sequence in memory (panels show them); else None."""
+        return self._records if isinstance(self._records, Sequence) else None
 
     def parts(self, block_size: int, limit: int | None = None) -> Iterator[Part]:
         """The parts in order; the last may be short."""
