@@ -306,7 +306,8 @@ ROWS: tuple[Row, ...] = (
     Row("bytes the driver receives per block on a local Ray cluster (2 workers), `corr`: "
         "workers read their own blocks, a holder merges and checks", "`bench_cluster.py`",
         "cluster_bytes", _driver_bytes, (Target("", "<=", 1, "%", _max_share),)),
-    Row("the same for `logreg` (its rows stay on the holder)", "`bench_cluster.py --quick --records 2048 "
-        "--bytes-measures logreg`", "cluster_bytes_logreg", _driver_bytes,
+    Row("the same for `logreg` (its rows stay on the holder)",
+        "`bench_cluster.py --quick --records 2048 --bytes-measures logreg`",
+        "cluster_bytes_logreg", _driver_bytes,
         (Target("", "<=", 1, "%", _max_share),)),
 )  # fmt: skip
