@@ -25,7 +25,7 @@ import torch
 
 from ..engine.inspection import Inspection
 from ..engine.params import InspectParams
-from ..engine.provenance import block_sha256
+from ..engine.provenance import block_digest
 from ..engine.sources import Part
 from ..extraction.extract import on_device
 from ..hypothesis.cache import HypothesisCache
@@ -144,7 +144,7 @@ class ShardWorker:
         (list, str)
             One state per driver state, None for states of models it skipped, for
             stopped states and for held ones; and the block's hash
-            (:func:`~dni_lab.backend.engine.provenance.block_sha256`): the driver's
+            (:func:`~dni_lab.backend.engine.provenance.block_digest`): the driver's
             ``data_sha256`` covers records it never saw.
         dict
             ``{state index: Block or state}`` for the held states: a ``Block`` of
@@ -174,7 +174,7 @@ class ShardWorker:
             states[i] = None if i in blocks else trimmed(st)
             if i in blocks and not isinstance(st, Block):
                 blocks[i] = trimmed(st)
-        return (states, block_sha256(records)), blocks
+        return (states, block_digest(records)), blocks
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():

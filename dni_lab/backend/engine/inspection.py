@@ -34,7 +34,7 @@ from .resolve import (
     units_of,
 )
 from .sources import Part, as_source
-from .states import NULL_SETTLE_RECORDS, TOP_K, MeasureState  # noqa: F401  (their home was here)
+from .states import MeasureState
 
 #: Once every other pair has converged or is decided, reading stops even if this share of
 #: pairs (rare hypotheses whose interval shrinks slowly) is still open; the frame names

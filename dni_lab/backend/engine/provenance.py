@@ -199,7 +199,7 @@ class RecordsHash:
 
     Each record's SHA-256 is a coefficient of a polynomial evaluated at a fixed point
     modulo the prime 2**255 - 19 (Horner's rule, in record order); a block's value
-    (:func:`block_sha256`) is computed wherever the block was read, and blocks join as
+    (:func:`block_digest`) is computed wherever the block was read, and blocks join as
     ``acc * B**len(block) + block`` in block order. So one process, a cluster whose workers
     read their own parts of a file, and any ``block_size`` give the same ``data_sha256``
     for the same records in the same order; another order or another record changes it.
@@ -213,10 +213,10 @@ class RecordsHash:
 
     def update(self, records: list[Any]) -> None:
         """Add a block of records read here."""
-        self.add(block_sha256(records), len(records))
+        self.add(block_digest(records), len(records))
 
     def add(self, digest: str, count: int) -> None:
-        """Add a block's value (:func:`block_sha256`), computed wherever the block was read."""
+        """Add a block's value (:func:`block_digest`), computed wherever the block was read."""
         self._acc = (self._acc * pow(_BASE, count, _PRIME) + int(digest, 16)) % _PRIME
         self.count += count
 
@@ -228,7 +228,7 @@ _PRIME = 2**255 - 19
 _BASE = int.from_bytes(hashlib.sha256(b"dni_lab records").digest(), "big") % _PRIME
 
 
-def block_sha256(records: Iterable[Any]) -> str:
+def block_digest(records: Iterable[Any]) -> str:
     """One block's value for :class:`RecordsHash`: its records' SHA-256s, in order."""
     acc = 0
     for r in records:
