@@ -199,6 +199,39 @@ def _driver_bytes(c: dict) -> tuple[str, str, str]:
             f"{mb:.3g} MB of behaviors per block", "—")  # fmt: skip
 
 
+def _node_run(c: dict, k: int) -> dict:
+    """The node table's run on ``k`` nodes (KeyError where it has none: not measured)."""
+    for r in c["nodes"]:
+        if r["nodes"] == k:
+            return r
+    raise KeyError(k)
+
+
+def _nodes(k: int):
+    """Cells of the node table's row for a cluster of ``k`` nodes made on one machine:
+    one node against one process, more nodes against one node."""
+
+    def cells(c: dict) -> tuple[str, str, str]:
+        r = _node_run(c, k)
+        shipped = r["bytes_per_block"]
+        size = f"{shipped / 1e6:.3g} MB" if shipped >= 1e6 else f"{shipped / 1e3:.3g} kB"
+        share = shipped / c["block_behavior_bytes"]
+        ours = (f"{secs(r['seconds'])} ({r['workers']} workers, {k} × {r['cpus_per_node']} "
+                f"CPUs on {c['cores']} cores; start-up {secs(r['start_s'])}); {size} per block "
+                f"to the driver, {share:.2%} of its behaviors")  # fmt: skip
+        if k == 1:
+            base, t = f"{secs(c['single_process_s'])} (one process)", c["single_process_s"]
+        else:
+            t = _node_run(c, 1)["seconds"]
+            base = f"{secs(t)} (one node)"
+        return ours, base, f"{times(t / r['seconds'])}; max |Δr| {r['max_abs_diff']:.1e}"
+
+    def share(c: dict) -> float:
+        return 100 * _node_run(c, k)["bytes_per_block"] / c["block_behavior_bytes"]
+
+    return cells, (Target("", "<=", 1, "%", share),)
+
+
 def _max_share(c: dict) -> float:
     return 100 * max(r["share_of_behaviors"] for r in c["bytes_by_measure"])
 
@@ -223,6 +256,7 @@ def _coverage(measure: str):
 
 
 _DEMO = "`dni-lab demo` (corr + logreg, default eps), model stored, cold hypothesis cache"
+_NODES = "`bench_cluster.py --nodes 1,2,3`"
 _EARLY = ("read ", "<=", 25, "%"), ("within eps ", ">=", 95, "%")
 
 ROWS: tuple[Row, ...] = (
@@ -310,4 +344,10 @@ ROWS: tuple[Row, ...] = (
         "`bench_cluster.py --quick --records 2048 --bytes-measures logreg`",
         "cluster_bytes_logreg", _driver_bytes,
         (Target("", "<=", 1, "%", _max_share),)),
+    Row("`corr` read to the end on a Ray cluster of one node made on this machine "
+        "(`ray.cluster_utils.Cluster`, the cores shared out over the nodes): time, "
+        "bytes the driver receives per block", _NODES, "cluster_nodes", *_nodes(1)),
+    Row("the same, two nodes", _NODES, "cluster_nodes", *_nodes(2)),
+    Row("the same, three nodes (more CPUs declared than the machine has)", _NODES,
+        "cluster_nodes", *_nodes(3)),
 )  # fmt: skip

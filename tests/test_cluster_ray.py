@@ -107,6 +107,37 @@ def test_early_stopping_decides_on_merged_states_as_one_process(other):
     assert pa["stopped_early"] == (other != "diffmeans")
 
 
+def test_stopping_inside_a_batch_of_late_shards_is_not_reading_to_the_end(monkeypatch):
+    """A worker slow to start holds shard 0 while the other reads every later shard: the
+    driver then merges them all in one batch, and stops inside it. Records after the stop
+    were never merged, so the run stopped early: no open pair may count as converged."""
+    from dni_lab.backend.cluster import driver
+
+    wait, held, others = driver._Pool.wait, [], []
+
+    def shard_0_last(pool, insp):  # shard 0's result is handed over after all the others
+        while True:
+            got = wait(pool, insp)
+            held.extend(g for g in got if g[0] == 0)
+            out = [g for g in got if g[0] != 0]
+            others.extend(i for i, _ in out)
+            if held and not pool.inflight:
+                out, held[:] = out + held, []
+            if out or not pool.inflight:
+                return out
+
+    monkeypatch.setattr(driver._Pool, "wait", shard_0_last)
+    corr = Corr(group_records=4, buckets=8)
+    a, b, pa, pb = _both([paren, position], [corr], random_records(1500, seed=3), True,
+                         eps=0.05, block_size=40, cache=False)  # fmt: skip
+    assert len(others) == 1500 // 40  # every later shard was in before shard 0
+    assert pa["records_read"] < 1500 and pa["stopped_early"]
+    for key in ("records_read", "total_records", "stopped_early"):
+        assert pb[key] == pa[key], key
+    assert b["reason"].str.contains("left open").any()  # the pair the test is about
+    assert_same_frame(a, b)
+
+
 @pytest.mark.parametrize("measures", [["corr"], ["corr", "diffmeans"]])
 def test_early_stopping_sends_the_driver_settled_pairs_not_states(measures):
     corr = Corr(group_records=4, buckets=8)

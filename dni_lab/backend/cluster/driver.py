@@ -275,6 +275,7 @@ class _Pool:
         Returns whether every record of the data was merged.
         """
         order = InOrder()
+        merged = 0  # shards merged: ``order.next`` counts those handed out, merged or not
         self.submit(Shard(0, part0), insp)
         sizes = {0: part0.count}
         more = True
@@ -294,7 +295,7 @@ class _Pool:
                 sizes[index] = nxt.count
                 self.submit(Shard(index, nxt), insp)
             if not self.inflight:
-                return not more and order.next == len(sizes)
+                return not more and merged == len(sizes)
             for index, states in self.wait(insp):
                 order.put(index, states)
             for index, (states, digest, blocks) in order.ready():
@@ -302,6 +303,7 @@ class _Pool:
                 merged_hash.add(digest, sizes[index])
                 insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
+                merged += 1
                 if self.link is not None:  # with early stopping: the held states' check
                     self.link.feed(blocks)  # returns at once on a Stop
                 insp._check_convergence(self.local)
@@ -311,7 +313,10 @@ class _Pool:
                 if index == 0:
                     self.set_templates(insp)
                 if insp._cancel or (insp.params.eps is not None and insp._settled()):
-                    return not more and order.next == len(sizes)
+                    # Not ``order.next``: a slow worker's shard 0 releases every shard read
+                    # meanwhile in one batch, and stopping inside it leaves the rest unread;
+                    # read to the end would mark every open pair converged (``rows``).
+                    return not more and merged == len(sizes)
         return False
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:

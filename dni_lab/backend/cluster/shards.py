@@ -249,7 +249,11 @@ class InOrder:
         self._held[index] = value
 
     def ready(self) -> list[tuple[int, Any]]:
-        """The results that continue the sequence, removed from the buffer."""
+        """The results that continue the sequence, removed from the buffer.
+
+        ``next`` moves past all of them at once: it counts the results handed out, not
+        those the caller merged (a caller may stop inside the batch).
+        """
         out = []
         while self.next in self._held:
             out.append((self.next, self._held.pop(self.next)))
