@@ -179,8 +179,14 @@ def _project(Wn: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.where(Wn * s < 0, torch.zeros_like(Wn), Wn)
 
 
-def _face_step(H: torch.Tensor, pg: torch.Tensor, W: torch.Tensor, free: torch.Tensor,
-               s: torch.Tensor, rounds: int = 4) -> torch.Tensor:
+def _face_step(
+    H: torch.Tensor,
+    pg: torch.Tensor,
+    W: torch.Tensor,
+    free: torch.Tensor,
+    s: torch.Tensor,
+    rounds: int = 4,
+) -> torch.Tensor:
     """``(d, c)`` Newton step of each column within its orthant.
 
     ``H`` is ``(c, d, d)`` (damped), ``pg`` the objective's gradient in the orthant

@@ -84,8 +84,14 @@ def f1_and_se(counts: np.ndarray, out_hyp: np.ndarray, n_hyps: int) -> tuple[np.
 
 
 def influence(
-    X: torch.Tensor, W: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w_row: torch.Tensor,
-    H: torch.Tensor, group: torch.Tensor, n_groups: int,
+    X: torch.Tensor,
+    W: torch.Tensor,
+    Z: torch.Tensor,
+    Y: torch.Tensor,
+    w_row: torch.Tensor,
+    H: torch.Tensor,
+    group: torch.Tensor,
+    n_groups: int,
 ) -> torch.Tensor:
     """``(d, c, groups)`` change of each column's weights when a record group is left out.
 
@@ -111,7 +117,11 @@ def influence(
 
 
 def coef_and_se(
-    W: torch.Tensor, n_units: int, folds: int, out_hyp: np.ndarray, n_hyps: int,
+    W: torch.Tensor,
+    n_units: int,
+    folds: int,
+    out_hyp: np.ndarray,
+    n_hyps: int,
     delta: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Mean coefficient over folds per (unit, hypothesis) and its jackknife errors.

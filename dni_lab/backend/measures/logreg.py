@@ -14,10 +14,10 @@ have drawn) and the current weights. ``update`` takes warm-started damped Newton
 steps (``_newton``) towards the optimum on what was read and, once the fit reached
 its tolerance, records a checkpoint: the F1 and coefficients with their sampling
 errors (the coefficient's from the fold jackknife and from a record-group infinitesimal
-jackknife, ``_probe_error.influence``). ``peek`` reports the last checkpoint with the error of ``_probe_error``
-(sampling half-width and the drift since half the records), so a pair counts as
-converged only when its fitted scores are settled; ``result`` optimises to the
-tolerance on everything read.
+jackknife, ``_probe_error.influence``). ``peek`` reports the last checkpoint with the
+error of ``_probe_error`` (sampling half-width and the drift since half the records), so
+a pair counts as converged only when its fitted scores are settled; ``result``
+optimises to the tolerance on everything read.
 """
 
 from __future__ import annotations
@@ -229,9 +229,7 @@ class LogReg(Measure):
                         torch.Generator().manual_seed(1))  # fmt: skip
         delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H[problem.col_out],
                           state.group, self.groups)  # fmt: skip
-        coef, coef_se, coef_ij = coef_and_se(
-            fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h, delta
-        )
+        coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h, delta)
         open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
         done = np.ones(n_h, dtype=bool)
         for j in np.unique(state.out_hyp[open_out]):
