@@ -204,6 +204,8 @@ class LogReg(Measure):
             w_row=(train / n_f).T.repeat_interleave(n_out, dim=0),
             lam=(1.0 / (self.C * n_f)).repeat_interleave(n_out),
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
+            col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
+            row_fold=state.fold,
         )
         W0 = initial_weights(problem) if cold else W0
         return newton(problem, W0, steps, self.tol, self.hessian_rows, state.damping), problem
@@ -225,9 +227,9 @@ class LogReg(Measure):
         pred = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows] > 0
         counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
-        H, _ = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
-                        torch.Generator().manual_seed(1))  # fmt: skip
-        delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H[problem.col_out],
+        H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
+                     torch.Generator().manual_seed(1))  # fmt: skip
+        delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
                           state.group, self.groups)  # fmt: skip
         coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h, delta)
         open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
