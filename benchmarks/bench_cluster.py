@@ -23,9 +23,15 @@ Workers are started on a local Ray with as many CPUs as the largest count asks f
 (each computes with ``cores // workers`` threads). Timings from a busy machine mean
 little: run it on a quiet one.
 
-Each run also prints the bytes the driver receives per block (the measure states the
-workers send back; behaviors for a measure the driver updates itself, ``logreg``)
-beside the bytes of that block's behaviors, which a worker computes and keeps.
+Each run also prints the bytes the driver receives per block (what the workers send
+back, the block's hash and the states of calibrating measures, ``mi`` and ``iou``; and
+what the holder actor that merges the other states sends: with early stopping the
+pairs settled after each block, two bits a pair, and results and frozen scores when a
+frame is shown) beside the bytes of that block's behaviors, which a worker computes
+and keeps, and their ratio. ``--bytes-measures``
+(default ``corr,logreg``) adds one cluster run per measure with the largest worker
+count, reading to the end and with early stopping (``eps=0.025``), to show each
+measure's share against the target of at most 1% of the behaviors.
 
 ``--nodes 1,2,3`` adds a table of multi-node clusters made on this machine
 (``ray.cluster_utils.Cluster``): ``n`` nodes of ``max(1, cores // n)`` CPUs each, one
@@ -68,9 +74,10 @@ def run_stats(wl: Workload, records: list[Any], measures: list[str],
     from dni_lab.backend.engine.params import InspectParams
 
     t0 = time.perf_counter()
+    kw = {"eps": None, **kw}
     insp = Inspection([dl.Model(wl.module, encode=wl.encode, name="sql-lstm")], wl.hypotheses,
                       measures, records, units=[(wl.layer, "*")],
-                      params=InspectParams(eps=None, cache=False, **kw))  # fmt: skip
+                      params=InspectParams(cache=False, **kw))  # fmt: skip
     frame = insp.run()
     return frame, time.perf_counter() - t0, getattr(insp, "cluster_stats", {})
 
@@ -108,10 +115,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workers", default=None, help="comma-separated counts (1,2,4,... cores)")
     ap.add_argument("--block-size", type=int, default=512)
     ap.add_argument("--measures", default="corr",
-                    help="comma-separated (logreg is updated on the driver: it scales less)")
+                    help="comma-separated (logreg is updated on one holder actor: it scales less)")
     ap.add_argument("--address", default=None, help="a Ray address instead of a local Ray")
     ap.add_argument("--nodes", default=None,
                     help="comma-separated node counts: a table of clusters made on this machine")
+    ap.add_argument("--bytes-measures", default="corr,logreg",
+                    help="measures whose driver bytes per block are measured one by one")
+    ap.add_argument("--bytes-eps", default="none,0.025",
+                    help="eps values of the per-measure runs ('none': read to the end)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
     n = a.records or (1024 if a.quick else 29_696)
@@ -159,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"Ray start: {ray_start:.1f} s; one block's behaviors: {_mb(block_bytes)} "
           f"({a.block_size} records x {hidden} units, float32)")  # fmt: skip
     print(f"{'workers':>7} {'time s':>8} {'speed-up':>8} {'effic.':>7} {'vs 1 proc':>9} "
-          f"{'start s':>8} {'max |Δr|':>9} {'to driver/block':>16}")  # fmt: skip
+          f"{'start s':>8} {'max |Δr|':>9} {'to driver/block':>16} {'share':>6}")  # fmt: skip
     for r in rows:
         r["speedup"] = t1 / r["seconds"] if t1 else None
         r["efficiency"] = t1 / (r["workers"] * r["seconds"]) if t1 else None
@@ -168,10 +179,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ef = f"{r['efficiency']:.0%}" if t1 else "-"
         print(f"{r['workers']:>7} {r['seconds']:>8.2f} {sp:>8} {ef:>7} "
               f"{r['vs_single_process']:>8.2f}x {r['actor_start_s']:>8.1f} "
-              f"{r['max_abs_diff']:>9.1e} {_mb(r['bytes_per_block']):>16}")  # fmt: skip
+              f"{r['max_abs_diff']:>9.1e} {_mb(r['bytes_per_block']):>16} "
+              f"{_share(r['bytes_per_block'], block_bytes):>6}")  # fmt: skip
     out = {"records": n, "hidden": hidden, "hypotheses": n_hyps, "cores": cores, "measures": ms,
            "single_process_s": t_one, "ray_start_s": ray_start, "runs": rows,
            "block_behavior_bytes": block_bytes, "sources": wl.sources}  # fmt: skip
+    if a.bytes_measures:
+        eps = [None if e.lower() == "none" else float(e) for e in a.bytes_eps.split(",")]
+        out["bytes_by_measure"] = bytes_table(wl, a.bytes_measures.split(","), a.block_size,
+                                              max(counts), a.address, block_bytes, eps)  # fmt: skip
     if a.nodes:
         out["nodes"] = node_table(wl, ms, a.block_size, [int(k) for k in a.nodes.split(",")],
                                   cores, one, t_one)  # fmt: skip
@@ -218,6 +234,55 @@ def node_table(wl: Workload, ms: list[str], block_size: int, counts: list[int], 
               f"{r['vs_single_process']:>8.2f}x {r['start_s']:>8.1f} "
               f"{_mb(r['bytes_per_block']):>16} {r['max_abs_diff']:>9.1e}")
     return rows
+
+
+def bytes_table(wl: Workload, measures: list[str], block_size: int, workers: int,
+                address: str | None, block_bytes: float,
+                eps_values: list[float | None]) -> list[dict[str, Any]]:  # fmt: skip
+    """Per measure: bytes the driver receives per block, against the block's behaviors.
+
+    Read to the end, the driver receives the final results; with early stopping also
+    the pairs that settled after each block (bits) and the scores frozen when they
+    did. Each row compares the frame with one process's.
+    """
+    import ray
+
+    from dni_lab.backend.cluster import shutdown
+    from dni_lab.backend.cluster.connect import _local_env
+
+    rows = []
+    for eps in eps_values:
+        for m in measures:
+            one, _ = run(wl, wl.records, [m], block_size=block_size, eps=eps)
+            if not ray.is_initialized():
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False,
+                             log_to_driver=False, runtime_env=_local_env())  # fmt: skip
+            kw = {"block_size": block_size, "cluster": address or "auto", "workers": workers,
+                  "eps": eps}  # fmt: skip
+            frame, t, stats = run_stats(wl, wl.records, [m], **kw)
+            per = per_block(stats)
+            rows.append({"measure": m, "eps": eps, "workers": workers, "seconds": t,
+                         "blocks": stats.get("shards_received"), "bytes_per_block": per,
+                         "share_of_behaviors": None if per is None else per / block_bytes,
+                         "max_abs_diff": max_diff(one, frame)})  # fmt: skip
+    shutdown()
+    ray.shutdown()
+    print(f"driver bytes per block by measure ({workers} workers; target <= 1% of a block's "
+          f"behaviors, {_mb(block_bytes)}):")  # fmt: skip
+    print(f"{'measure':>8} {'eps':>6} {'blocks':>6} {'to driver/block':>16} {'share':>7} "
+          f"{'max |Δ|':>9}")  # fmt: skip
+    for r in rows:
+        print(f"{r['measure']:>8} {r['eps']!s:>6} {r['blocks'] or 0:>6} "
+              f"{_mb(r['bytes_per_block']):>16} {_share(r['bytes_per_block'], block_bytes):>7} "
+              f"{r['max_abs_diff']:>9.1e}")  # fmt: skip
+    return rows
+
+
+def _share(x: float | None, of: float) -> str:
+    return "-" if x is None or not of else f"{x / of:.2%}"
 
 
 def _powers(cores: int) -> list[int]:

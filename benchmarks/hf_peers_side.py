@@ -11,8 +11,9 @@ their own virtual environment, so this file imports neither dni_lab nor a peer a
 Each tool runs at its best documented setting for the question:
 
 * ``bare``: the full forward pass (``GPT2LMHeadModel``, LM head included);
-* ``ours``: dni_lab's extractor (the forward pass stops after the last requested hook),
-  and ``dl.inspect`` with ``forward_batch`` for the mixed-length records;
+* ``ours``: dni_lab's extractor (the forward pass stops after the last requested hook)
+  reading the records as one block in forward batches sorted by length, as ``dl.inspect``
+  does, and ``dl.inspect`` with ``forward_batch`` for the mixed-length records;
 * ``transformer_lens``: ``TransformerBridge.run_with_cache`` with ``names_filter`` and
   ``stop_at_layer``;
 * ``nnsight``: ``.trace`` saving the blocks' outputs, then ``tracer.stop()``.
@@ -20,7 +21,8 @@ Each tool runs at its best documented setting for the question:
 Workloads: ``block3`` (``blocks.3.hook_resid_post``), ``all`` (every block's
 ``hook_resid_post``) over the uniform records, and ``mixed`` (block 3 over records of mixed
 length). A peer pads each forward batch to its longest record, in record order; dni_lab sorts
-a block by length. Printed: one JSON line with the median seconds per workload, the padding
+a block by length. Printed: one JSON line with the median seconds (wall clock, and the
+process's CPU seconds) per workload, the padding
 waste of ``mixed``, the largest difference from Hugging Face's ``hidden_states`` (peers), and
 peak RSS (``ru_maxrss``) after loading and at the end.
 """
@@ -90,12 +92,12 @@ def tool_ours(module, tok, data):
     extractors = {}
     for key, hooks in names.items():
         units = resolve_units(model, [[(h, "*") for h in hooks]], data["uniform"][:2], cpu)
-        extractors[key] = Extractor(model, units.layer_units, "activation", cpu)
+        extractors[key] = Extractor(model, units.layer_units, "activation", cpu,
+                                    forward_batch=data["batch"])  # fmt: skip
 
     def run(key):
-        def go(texts):
-            for b in batches(texts, data["batch"]):
-                extractors[key](b, symbol_mask(model, b, cpu))
+        def go(texts):  # one block, as dl.inspect reads it: forward batches sorted by length
+            extractors[key](texts, symbol_mask(model, texts, cpu))
 
         return go
 
@@ -190,12 +192,16 @@ def main(tool: str, where: Path) -> dict:
         for fn in runs.values():  # warm-up on two records
             fn(data["uniform"][:2])
         times: dict[str, list[float]] = {k: [] for k in runs}
+        cpu: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(data["repeats"]):
             for key, fn in runs.items():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 fn(texts[key])
                 times[key].append(time.perf_counter() - t)
+                cpu[key].append(time.process_time() - c)
     out.update({f"seconds_{k}": statistics.median(v) for k, v in times.items()})
+    # CPU seconds of the process (all its threads): what a busy machine's neighbors move least
+    out.update({f"cpu_seconds_{k}": statistics.median(v) for k, v in cpu.items()})
     encs = [padded(tok, b) for b in batches(data["mixed"], data["batch"])]
     out["padding_waste_mixed"] = seen.get("padding_waste", waste(encs))
     out["rss_peak_mb"] = rss_mb()

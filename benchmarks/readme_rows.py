@@ -127,6 +127,12 @@ def _depth(h: dict) -> tuple[str, str, str]:
     return ours, secs(h["seconds_bare"]), times(h["speedup_extract_block3"])
 
 
+def _depth_all(h: dict) -> tuple[str, str, str]:
+    return (f"{secs(h['seconds_inspect_all'])} ({h['records']} records)",
+            f"{secs(h['seconds_bare'])} (the body alone, no LM head: "
+            f"{secs(h['seconds_bare_body'])})", times(h["speedup_inspect_all"]))  # fmt: skip
+
+
 def _peer_best(h: dict, key: str) -> float:
     """The faster peer's speed-up over a bare forward in ``key`` (block3, all, mixed)."""
     return max(h["peers"][f"speedup_{t}"][key] for t in ("transformer_lens", "nnsight"))
@@ -135,9 +141,14 @@ def _peer_best(h: dict, key: str) -> float:
 def _peers(key: str):
     def cells(h: dict) -> tuple[str, str, str]:
         p = h["peers"]
-        return (f"{times(p['speedup_ours'][key])} a bare forward",
-                f"TransformerLens {times(p['speedup_transformer_lens'][key])}, "
-                f"nnsight {times(p['speedup_nnsight'][key])}",
+        # on a busy machine the load moves between the tools' processes: CPU seconds beside
+        cpu = {t: p[f"speedup_cpu_{t}"][key] for t in ("ours", "transformer_lens", "nnsight")
+               if f"speedup_cpu_{t}" in p}  # fmt: skip
+        on_cpu = lambda t: f" (CPU {times(cpu[t])})" if t in cpu else ""  # noqa: E731
+        return (f"{times(p['speedup_ours'][key])} a bare forward{on_cpu('ours')}",
+                f"TransformerLens {times(p['speedup_transformer_lens'][key])}"
+                f"{on_cpu('transformer_lens')}, "
+                f"nnsight {times(p['speedup_nnsight'][key])}{on_cpu('nnsight')}",
                 times(p["speedup_ours"][key] / _peer_best(h, key)))  # fmt: skip
 
     return cells
@@ -177,6 +188,19 @@ def _cluster(c: dict) -> tuple[str, str, str]:
     return (f"{secs(two['seconds'])} (2 workers, {c['cores']} cores)",
             f"{secs(c['single_process_s'])} (no Ray)",
             f"{times(two['vs_single_process'])} ({times(two['speedup'])} vs 1 worker)")  # fmt: skip
+
+
+def _driver_bytes(c: dict) -> tuple[str, str, str]:
+    """Bytes the driver receives per block, as a share of the block's behaviors."""
+    by = {r["eps"] is None: r for r in c["bytes_by_measure"]}
+    mb = c["block_behavior_bytes"] / 1e6
+    return (f"{by[True]['share_of_behaviors']:.2%} read to the end, "
+            f"{by[False]['share_of_behaviors']:.2%} with early stopping",
+            f"{mb:.3g} MB of behaviors per block", "—")  # fmt: skip
+
+
+def _max_share(c: dict) -> float:
+    return 100 * max(r["share_of_behaviors"] for r in c["bytes_by_measure"])
 
 
 def _coverage(measure: str):
@@ -264,6 +288,10 @@ ROWS: tuple[Row, ...] = (
     Row("extraction of units in every block vs a bare forward pass, and the peers",
         "`bench_hf_depth.py --peers`", "hf_depth", _peers("all"),
         (Target("", ">=", 0.95, "×", lambda h: h["peers"]["speedup_ours"]["all"]),)),
+    Row("`dl.inspect` end to end (`corr`) with units in every block (9,216) vs a bare forward "
+        "pass: the pass stops before the final layer norm and the LM head", "`bench_hf_depth.py`",
+        "hf_depth", _depth_all,
+        (Target("", ">=", 0.95, "×", lambda h: h["speedup_inspect_all"]),)),
     Row("padding waste, records of 16 to 256 words in forward batches", "`bench_hf_depth.py "
         "--peers`", "hf_depth", _waste,
         (Target("", "<=", 10, "%",
@@ -275,4 +303,11 @@ ROWS: tuple[Row, ...] = (
         (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),
     Row("one inspection on a local Ray cluster, 2 workers vs 1 process, default workload",
         "`bench_cluster.py --workers 1,2`", "cluster", _cluster, (), "info"),
+    Row("bytes the driver receives per block on a local Ray cluster (2 workers), `corr`: "
+        "workers read their own blocks, a holder merges and checks", "`bench_cluster.py`",
+        "cluster_bytes", _driver_bytes, (Target("", "<=", 1, "%", _max_share),)),
+    Row("the same for `logreg` (its rows stay on the holder)",
+        "`bench_cluster.py --quick --records 2048 --bytes-measures logreg`",
+        "cluster_bytes_logreg", _driver_bytes,
+        (Target("", "<=", 1, "%", _max_share),)),
 )  # fmt: skip

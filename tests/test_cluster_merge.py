@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from dni_lab.backend.cluster.shards import InOrder, fork, forkable, merges_exactly, moved
+from dni_lab.backend.cluster.shards import (
+    InOrder,
+    fork,
+    forkable,
+    merges_exactly,
+    moved,
+    payload_bytes,
+    trimmed,
+    untrimmed,
+)
 from dni_lab.backend.hypothesis.hypotheses import HypothesisInfo
 from dni_lab.backend.measures import get_measure
 from dni_lab.backend.measures.corr import Corr
@@ -40,7 +49,8 @@ def _sharded(measure, blocks):
     merged = moved(first, "cpu")
     for blk in blocks[1:]:
         fresh = fork(measure, first) if template is not None else measure.start(5, 3, info=INFO)
-        merged = measure.merge(merged, moved(measure.update(fresh, *blk), "cpu"))
+        sent = trimmed(moved(measure.update(fresh, *blk), "cpu"))  # as a worker sends it
+        merged = measure.merge(merged, untrimmed(sent))
     return merged
 
 
@@ -291,3 +301,14 @@ def test_a_process_started_for_a_finished_thread_lives_on():
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def test_a_fresh_corr_state_is_sent_without_its_empty_buckets():
+    corr = Corr(group_records=8, buckets=20)  # a block of 37 records: 5 groups, 5 buckets
+    state = corr.update(corr.start(5, 3, info=INFO), *_blocks(1)[0])
+    sent = trimmed(moved(state, "cpu"))
+    assert payload_bytes(sent) < 0.4 * payload_bytes(state)
+    back = untrimmed(sent)
+    for name in ("n", "mean_u", "mean_h", "m2_u", "m2_h", "c_uh"):
+        a, b = getattr(state.buckets, name), getattr(back.buckets, name)
+        assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b), name

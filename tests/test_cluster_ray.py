@@ -17,6 +17,7 @@ import torch
 from conftest import CharLM, encode_chars, paren, position, random_records
 
 import dni_lab as dl
+from dni_lab.backend.cluster.shards import payload_bytes
 from dni_lab.backend.engine.inspection import Inspection
 from dni_lab.backend.engine.params import InspectParams
 from dni_lab.backend.errors import HypothesisError
@@ -46,12 +47,14 @@ def never(r):
     return [0] * len(r)
 
 
-def _both(hyps, measures, data, **kw):
-    """The frame of one process and of the cluster, same arguments."""
+def _both(hyps, measures, data, provenance=False, **kw):
+    """The frame of one process and of the cluster, same arguments (and their provenance)."""
     one = dl.inspect(_model(), hyps, measures, data() if callable(data) else data, **kw)
     many = dl.inspect(
         _model(), hyps, measures, data() if callable(data) else data, cluster=WORKERS, **kw
     )
+    if provenance:
+        return one.sort(KEYS), many.sort(KEYS), dl.provenance(one), dl.provenance(many)
     return one.sort(KEYS), many.sort(KEYS)
 
 
@@ -90,8 +93,8 @@ def test_early_stopping_decides_on_merged_states_as_one_process(other):
     # logreg scores binary hypotheses only: a continuous one would keep it reading
     hyps = [paren] if other == "logreg" else [paren, position]
     measures = [corr] if other is None else [corr, other]
-    a, b = _both(hyps, measures, random_records(1500, seed=3), eps=0.05, block_size=40,
-                 cache=False)  # fmt: skip
+    a, b, pa, pb = _both(hyps, measures, random_records(1500, seed=3), True, eps=0.05,
+                         block_size=40, cache=False)  # fmt: skip
     # pairs froze early (the corr-only run stops reading early, too) ...
     assert (a["n_records"] < 1500).any() and a["converged"].any()
     if other == "logreg":
@@ -99,6 +102,81 @@ def test_early_stopping_decides_on_merged_states_as_one_process(other):
     else:  # corr stops where it stops alone, though diffmeans reads every record
         assert a.filter(pl.col("measure") == "corr")["n_records"].max() < 1500
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors
+    for key in ("records_read", "stopped_early", "measure_stops"):  # the same stop point
+        assert pa.get(key) == pb.get(key), key
+    assert pa["stopped_early"] == (other != "diffmeans")
+
+
+@pytest.mark.parametrize("measures", [["corr"], ["corr", "diffmeans"]])
+def test_early_stopping_sends_the_driver_settled_pairs_not_states(measures):
+    corr = Corr(group_records=4, buckets=8)
+    recs = random_records(1500, seed=3)
+    params = InspectParams(eps=0.05, block_size=40, cache=False, cluster=WORKERS)
+    ms = [corr if m == "corr" else m for m in measures]
+    insp = Inspection(_model(), [paren, position], ms, recs, params=params)
+    frame = insp.run()
+    # every state lives on the holder, which runs the convergence check itself
+    assert all(type(s.measure).__name__ == "Held" for s in insp.states)
+    one = Inspection(_model(), [paren, position], ms, recs, params=params.replace(cluster=None))
+    assert_same_frame(one.run().sort(KEYS), frame.sort(KEYS))
+    assert insp.progress.records_read == one.progress.records_read
+    assert [s.stopped_at for s in insp.states] == [s.stopped_at for s in one.states]
+    stats = insp.cluster_stats
+    units = len(insp.states[0].columns)
+    read = recs[: insp.progress.records_read]
+    behaviors = 4 * units * sum(len(r) for r in read) / insp.progress.blocks
+    # the driver received a corr state per block before (its filled buckets, a share of this)
+    corr_state = payload_bytes(one.states[0].accumulator)
+    per_block = stats["bytes_received"] / stats["shards_received"]
+    assert per_block < 0.01 * behaviors, (per_block, behaviors)
+    assert per_block < 0.05 * corr_state, (per_block, corr_state)
+
+
+def test_workers_read_their_own_blocks_of_files_and_a_ray_dataset(tmp_path, monkeypatch):
+    from test_sources import write_files
+
+    from dni_lab.backend.engine.sources import Part
+
+    recs = random_records(120, seed=5)
+    kw = {"eps": None, "block_size": 24, "cache": False}
+    one = dl.inspect(_model(), [paren, position], ["corr", "logreg"], recs, **kw)
+    sha = dl.provenance(one)["data_sha256"]
+    files = write_files(tmp_path, recs)
+    reads: list[int] = []  # the blocks this process (the driver) reads itself
+    read = Part.read
+    monkeypatch.setattr(Part, "read", lambda part: reads.append(part.first) or read(part))
+    cases = [(files["parquet"], "text"), (files["arrow"], None), (files["text"], None),
+             (files["dir"], None)]  # fmt: skip
+    for i, (data, column) in enumerate(cases):
+        if i == 1:  # a Ray Dataset, once Ray runs: its blocks stay in the object store
+            cases.append((ray.data.from_items([{"text": r} for r in recs]), "text"))
+        reads.clear()
+        many = dl.inspect(_model(), [paren, position], ["corr", "logreg"], data, column=column,
+                          cluster=WORKERS, **kw)  # fmt: skip
+        assert reads == [0], data  # block 0 resolves the units; workers read the rest
+        assert_same_frame(one.sort(KEYS), many.sort(KEYS))
+        assert dl.provenance(many)["data_sha256"] == sha, data
+    solo = dl.inspect(_model(), [paren, position], ["corr", "logreg"], cases[-1][0],
+                      column="text", **kw)  # a Dataset in one process: the same blocks  # fmt: skip
+    assert_same_frame(one.sort(KEYS), solo.sort(KEYS))
+    assert dl.provenance(solo)["data_sha256"] == sha
+
+
+def test_logreg_blocks_and_states_read_to_the_end_go_to_a_holder_not_to_the_driver():
+    recs = random_records(240, seed=7)
+    params = InspectParams(eps=None, block_size=24, cache=False, cluster=WORKERS)
+    insp = Inspection(_model(), [paren], ["logreg", "corr"], recs, params=params)
+    insp.run()
+    stats = insp.cluster_stats
+    units = sum(len(s.columns) for s in insp.states)
+    behaviors = 4 * units * sum(len(r) for r in recs)  # float32, every symbol of every unit
+    # before the holder the driver received every behavior of logreg (100%) and corr's
+    # state per block; now the final results only
+    assert 0 < stats["bytes_received"] < 0.1 * behaviors, (stats, behaviors)
+    assert all(type(s.measure).__name__ == "Held" for s in insp.states)
+    one = Inspection(_model(), [paren], ["logreg", "corr"], recs,
+                     params=params.replace(cluster=None))  # fmt: skip
+    assert_same_frame(one.run().sort(KEYS), insp.frame(final=True).sort(KEYS))  # kept result
 
 
 def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
@@ -162,6 +240,8 @@ def test_stop_cancels_every_worker_within_seconds():
     frame = run.result()
     assert insp.progress.cancelled and not frame["converged"].all()
     assert 0 < frame["n_records"].max() < 600
+    # read to the end, corr's states live on the holder: the Stop still gets their scores
+    assert frame["unit_score"].drop_nulls().len() > 0
     for actor in insp.cluster_workers:  # Stop killed them: nothing keeps reading
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.pid.remote(), timeout=30)

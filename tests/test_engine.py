@@ -385,6 +385,10 @@ def test_export_without_params_is_reproducible(char_model, records, hyps, tmp_pa
     assert len(meta["weights_sha256"][char_model.name]) == 64
     other = dl.inspect([char_model], hyps, ["corr"], records[::-1], units=[("lstm", [0])], eps=None)
     assert dl.provenance(other)["data_sha256"] != meta["data_sha256"]
+    for size in (3, 64):  # the same records cut into other blocks: the same data hash
+        again = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", [0])], eps=None,
+                           block_size=size)  # fmt: skip
+        assert dl.provenance(again)["data_sha256"] == meta["data_sha256"], size
     moved = dl.Model(copy.deepcopy(char_model.module), encode_chars, name=char_model.name)
     with torch.no_grad():
         next(moved.module.parameters()).add_(1.0)

@@ -153,3 +153,60 @@ def test_decoder_units_are_forced_at_their_symbols(tok):
     finally:
         hook.remove()
     assert not calls
+
+
+def decoder_by_hand(module, tok, record: str, target: list[int], address: str) -> torch.Tensor:
+    """The decoder block's output at positions 1.. when it reads ``[start] + target``."""
+    enc = tok(record, return_tensors="pt")
+    dec = torch.tensor([[module.config.decoder_start_token_id, *target]])
+    seen = {}
+
+    def keep(_m, _i, out) -> None:  # returns None: the block's output stays as it is
+        seen.setdefault("x", out[0] if isinstance(out, tuple) else out)
+
+    hook = module.get_submodule(address).register_forward_hook(keep)
+    try:
+        with torch.no_grad():
+            module(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                   decoder_input_ids=dec)  # fmt: skip
+    finally:
+        hook.remove()
+    return seen["x"][0, 1:]
+
+
+@pytest.mark.parametrize("gives", ["ids", "text"])
+def test_a_function_gives_the_decoder_its_own_tokens(tok, gives):
+    """decoder_input=fn: the decoder reads fn(record) shifted right; symbol t is its token t."""
+    module = tiny_t5(tok)
+    words = lambda r: tok(r, add_special_tokens=False)["input_ids"]  # noqa: E731
+
+    def backwards(record: str):  # one decoder token per symbol: the record's, reversed
+        return words(record)[::-1] if gives == "ids" else " ".join(record.split()[::-1])
+
+    model = HFModel(module, tok, name="t5", decoder_input=backwards)
+    records = corpus(6, seed=4)
+    got = acts(model, "decoder.block.1", records)
+    same = acts(HFModel(module, tok, decoder_input="same"), "decoder.block.1", records)
+    for r, rec in enumerate(records):
+        if gives == "ids":
+            want = decoder_by_hand(module, tok, rec, words(rec)[::-1], "decoder.block.1")
+        else:  # a text runs with its special tokens; its other tokens are the symbols
+            enc = tok(backwards(rec), return_special_tokens_mask=True)
+            want = decoder_by_hand(module, tok, rec, enc["input_ids"], "decoder.block.1")
+            want = want[~torch.tensor(enc["special_tokens_mask"], dtype=torch.bool)]
+        n = model.symbols(rec)
+        assert want.shape[0] == n
+        torch.testing.assert_close(got[r, :n], want, atol=1e-6, rtol=0)
+    assert not torch.allclose(got, same)  # another decoder text, other values
+    f = dl.inspect(model, [keyword], data=corpus(8), eps=None, cache=False,
+                   units=[("decoder.block.1", "*")])
+    assert f.height == 16 and f["unit_score"].is_not_null().sum() > 0
+
+
+def test_a_function_with_another_token_count_is_named(tok):
+    model = HFModel(tiny_t5(tok), tok, name="t5", decoder_input=lambda r: r + " a")
+    with pytest.raises(DNIError, match="gives 4 decoder tokens for record 0.*has 3 symbols"):
+        acts(model, "decoder.block.1", ["select a b"])
+    mixed = HFModel(tiny_t5(tok), tok, decoder_input=lambda r: r if len(r) > 8 else [1, 2])
+    with pytest.raises(DNIError, match="text \\(a string\\) or its token ids"):
+        acts(mixed, "decoder.block.1", ["select a b", "a b"])

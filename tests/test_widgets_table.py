@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import polars as pl
@@ -194,6 +195,25 @@ def test_live_run_streams_and_stops(char_model, records, hyps):
     assert "cancelled" in html and "no early stop" in html and "went on" not in html
     assert len(set(seen)) > 2  # several blocks were shown, not only the end
     assert repr(t) == "<ScoreTable: 24 of 24 rows, cancelled>"
+
+
+def test_panel_export_carries_the_runs_provenance_and_the_view(char_model, records, hyps, tmp_path):
+    run = dl.inspect([char_model], hyps, ["corr"], records, units=[("lstm", "*")], eps=None,
+                     background=True, cache=False)  # fmt: skip
+    run.wait(60)
+    t = ScoreTable(run)
+    where = f"hid = '{t.frame['hid'][0]}'"
+    t.filter(where)
+    t._refresh()
+    meta = dl.read_params(t.export(tmp_path / "shown.parquet"))
+    full = dl.provenance(run.result())
+    assert meta["data_sha256"] == full["data_sha256"] and meta["measures"] == ["corr"]
+    assert meta["view"] == {"rows": t.data.height, "of": t.frame.height,
+                            "filter": where, "sort": list(t._sort)}  # fmt: skip
+    assert 0 < t.data.height < t.frame.height and not meta.get("partial")
+    t.export(tmp_path / "shown.csv")
+    side = json.loads((tmp_path / "shown.csv.meta.json").read_text())
+    assert side["weights_sha256"] == full["weights_sha256"]
 
 
 def test_frame_callbacks_and_setter():

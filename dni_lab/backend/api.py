@@ -34,6 +34,7 @@ def inspect(
     cluster: str | int | bool | None = None,
     workers: int | None = None,
     forward_batch: int | None = None,
+    column: str | None = None,
 ) -> pl.DataFrame | Run:
     """Score how well hidden units match hypotheses.
 
@@ -48,8 +49,12 @@ def inspect(
     measures : list
         Names (``"corr"``, ``"logreg"``, ``"ridge"``, ``"mi"``, ``"diffmeans"``,
         ``"iou"``, ``"local_iou"``), Measure objects, or functions ``f(u, h)``.
-    data : iterable
-        Records (strings, token lists, image arrays); a generator works.
+    data : iterable, path or ray.data.Dataset
+        Records (strings, token lists, image arrays); a generator works. Or where they
+        live, read block by block (on a cluster, each worker reads its own blocks): a
+        Parquet file, an Arrow IPC file (``.arrow``/``.feather``/``.ipc``), a text file
+        (one record per line), a directory of them, or a ``ray.data.Dataset``; tables
+        (Polars, pyarrow, pandas) work too. See ``docs/ray.md``, "Data sources".
     units : list, optional
         ``[(layer, "*" | [indices]), ...]``; a layer is an address (see
         ``Model.addresses``) or a 0-based position among layers with parameters.
@@ -93,6 +98,9 @@ def inspect(
         statistical step of early stopping; a big model wants a small forward batch and a
         large block. Records of similar length share a forward batch; the padding this
         leaves is in ``dl.provenance(frame)["padding_waste"]``. Scores do not depend on it.
+    column : str, optional
+        The column of a table, file or Dataset that holds the records; needed when it
+        has several.
 
     Returns
     -------
@@ -118,7 +126,8 @@ def inspect(
         workers=workers,
         forward_batch=forward_batch,
     )
-    insp = Inspection(models, hypotheses, measures, data, units=units, params=params)
+    insp = Inspection(models, hypotheses, measures, data, units=units, params=params,
+                      column=column)  # fmt: skip
     if background:
         return start_run(insp, [on_block] if on_block else [])
     if not progress:

@@ -80,7 +80,8 @@ class Lab(Snapshots, ipywidgets.VBox):
             models = models if models is not None else getattr(insp, "models", None)
             if hypotheses is None:
                 hypotheses = getattr(insp, "families", None)
-            data = getattr(insp, "data", None)
+            # the run's records where they were a list in memory (a file is not read here)
+            data = getattr(getattr(insp, "data", None), "in_memory", None)
             if records is None and isinstance(data, Sequence):
                 records = data
             features = feature_sets_in(getattr(insp, "units", None))

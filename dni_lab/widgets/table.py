@@ -12,6 +12,7 @@ import polars as pl
 import traitlets
 
 from ..backend.engine.frames import export as export_frame
+from ..backend.engine.provenance import provenance
 from ..backend.engine.run import Run
 from ._base import Panel, as_selection, esm, selection_key
 from ._paging import apply_filter, apply_sort, next_sort, row_keys
@@ -211,10 +212,23 @@ class ScoreTable(Panel):
         self._filter = text
 
     def export(self, path: str | Path) -> Path:
-        """Write the shown rows (:attr:`data`) as Parquet, CSV, Arrow or JSON, by suffix."""
-        params_of = getattr(getattr(self.run, "inspection", None), "params", None)
-        params = params_of() if callable(params_of) else None
-        return export_frame(self._view, path, params)
+        """Write the shown rows (:attr:`data`) as Parquet, CSV, Arrow or JSON, by suffix.
+
+        The file carries the frame's provenance (``dl.provenance``: parameters, versions,
+        hashes, ``partial``) or, while a run reads, its parameters with ``partial`` True;
+        ``view`` says which rows were shown (filter, sort, rows of how many).
+        """
+        meta = provenance(self._frame)
+        if meta is None:
+            metadata = getattr(getattr(self.run, "inspection", None), "metadata", None)
+            meta = metadata() if callable(metadata) else {}
+        meta = dict(meta)
+        if self._running():
+            meta["partial"] = True
+            meta["partial_reason"] = "exported while the run was still reading"
+        meta["view"] = {"rows": self._view.height, "of": self._frame.height,
+                        "filter": self._filter or None, "sort": list(self._sort)}  # fmt: skip
+        return export_frame(self._view, path, meta)
 
     def select_row(self, index: int) -> dict[str, Any]:
         """Select row ``index`` of :attr:`data` (what a click on a row does)."""

@@ -59,6 +59,7 @@ def load(
         "tokenizer": tokenizer_hash(tokenizer),
         "records_sha": _records_hash(train_recs),
         "n_positions": N_POSITIONS,
+        "train_rng": "seeded",  # dropout draws from a seeded RNG: a retrain is the same model
     }
 
     def build() -> torch.nn.Module:
@@ -76,7 +77,10 @@ def load(
             return GPT2LMHeadModel(cfg)
 
     def fit(module: torch.nn.Module) -> dict[str, Any]:
-        with using_threads(1):
+        # dropout (GPT-2's default 0.1) draws from the global RNG: without a seed here,
+        # every retrain (a clean clone, CI) was a different model
+        with using_threads(1), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
             return _train(module, tokenizer, train_recs, test_recs, size["epochs"], seed)
 
     module, meta = cached_model(NAME, config, build, fit, directory)

@@ -23,12 +23,13 @@ import torch
 
 from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
+from ..engine.sources import Part
 from ..errors import DNIError
-from ..measures.base import stop_check
 from .connect import connect, import_ray, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
-from .shards import Block, InOrder, Shard, fork, forkable, payload_bytes
+from .probes import _HOLDERS, ProbeLink, forget_holders, holds
+from .shards import InOrder, Shard, fork, forkable, payload_bytes, untrimmed
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -60,6 +61,8 @@ def forget_workers(ray: Any | None = None, idle_only: bool = False) -> None:
     run in progress.
     """
     with _LOCK:
+        if not idle_only and _HOLDERS:
+            forget_holders(ray or _ray())
         for key in [k for k in _HOSTS if not (idle_only and _BUSY[k])]:
             for a in _HOSTS.pop(key):
                 with contextlib.suppress(Exception):  # already dead, or Ray already gone
@@ -123,8 +126,9 @@ def run_sharded(
     start = time.perf_counter()
     # Shards are read ahead of the merge: the data's hash must cover merged records only.
     merged_hash, insp._records_hash = insp._records_hash, RecordsHash()
-    blocks = insp._blocks()
-    block0, _ = next(blocks)
+    parts = insp._parts()
+    part0 = next(parts)
+    block0 = part0.read()  # the driver reads block 0 alone: units resolve on its records
     insp._prepare(block0)
     plan = Plan(
         insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
@@ -135,14 +139,21 @@ def run_sharded(
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
     try:
-        insp._read_to_end = pool.run(insp, block0, blocks, on_block, start, merged_hash)
-        ok = not insp._cancel
+        try:
+            insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
+            ok = not insp._cancel
+        finally:
+            pool.close(keep=ok)
+            insp._records_hash = merged_hash
+        return insp._finish(start)  # a held probe's final fit runs on its holder
     finally:
-        pool.close(keep=ok)
-        insp._records_hash = merged_hash
+        held = 0
+        if pool.link is not None:
+            pool.link.close(keep=ok and not insp._cancel)
+            held = pool.link.received
         # what crossed the network to the driver (benchmarks/bench_cluster.py prints it)
-        insp.cluster_stats = {"bytes_received": pool.received, "shards_received": pool.answers}
-    return insp._finish(start)
+        insp.cluster_stats = {"bytes_received": pool.received + held,
+                              "shards_received": pool.answers}  # fmt: skip
 
 
 def _parts(plan: Plan) -> list[tuple[str, Any]]:
@@ -181,9 +192,15 @@ class _Pool:
         self.inflight: dict[Any, tuple[Shard, int, Any]] = {}
         self.load = [0] * len(self.actors)  # shards in flight per actor
         self.tries: Counter[int] = Counter()  # failed reads per shard index
-        self.received = 0  # bytes of the states (or behaviors) workers sent back
+        self.received = 0  # bytes of the states workers sent back (held ones not)
         self.answers = 0  # shards whose states came back
         self._templates: list[Any] | None = None
+        # states kept on a holder actor (probes.holds): logreg's, and every exact one that
+        # does not calibrate on block 0; the driver merges and checks the others
+        held = [i for i, s in enumerate(insp.states) if holds(s.measure)]
+        self.held = [i in held for i in range(len(insp.states))]
+        self.local = [s for i, s in enumerate(insp.states) if not self.held[i]]
+        self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
@@ -191,9 +208,10 @@ class _Pool:
         converged = [s.converged for s in insp.states]
         stopped = [s.stopped_at is not None for s in insp.states]
         actor = self.actors[a]
-        ref = actor.read.remote(self.plan, shard.records, shard.first, converged,
-                                self._templates, stopped)  # fmt: skip
-        self.inflight[ref] = (shard, a, actor)
+        ref, blocks = actor.read.options(num_returns=2).remote(
+            self.plan, shard.part, converged, self._templates, stopped, self.held
+        )  # the blocks of held states stay where they are: the holder fetches them
+        self.inflight[ref] = (shard, a, actor, blocks)
         self.load[a] += 1
 
     def set_templates(self, insp: Inspection) -> None:
@@ -203,24 +221,26 @@ class _Pool:
         if any(f is not None for f in forks):
             self._templates = [self.ray.put(forks)]
 
-    def wait(self, insp: Inspection) -> list[tuple[int, list[Any]]]:
-        """Finished shards as (index, states); returns early (maybe empty) on a cancel."""
+    def wait(self, insp: Inspection) -> list[tuple[int, tuple[list[Any], str, Any]]]:
+        """Finished shards as (index, (states, block hash, held blocks' reference));
+        returns early (maybe empty) on a cancel."""
         while self.inflight and not insp._cancel:
             done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=POLL_S)
             if done:
                 out = []
                 for ref in done:
-                    shard, a, actor = self.inflight.pop(ref)
+                    shard, a, actor, blocks = self.inflight.pop(ref)
                     self.load[a] -= 1
-                    states = self._get(ref, shard, a, actor, insp)
-                    if states is not None:
-                        out.append((shard.index, states))
+                    got = self._get(ref, shard, a, actor, insp)
+                    if got is not None:
+                        out.append((shard.index, (*got, blocks)))
                 return out
         return []
 
     def _get(self, ref: Any, shard: Shard, a: int, actor: Any,
-             insp: Inspection) -> list[Any] | None:  # fmt: skip
-        """The shard's states; None when its worker is gone and the shard was dealt again."""
+             insp: Inspection) -> tuple[list[Any], str] | None:  # fmt: skip
+        """The shard's states and block hash; None when its worker is gone and the shard
+        was dealt again."""
         exc = self.ray.exceptions
         try:
             states = self.ray.get(ref)
@@ -247,7 +267,7 @@ class _Pool:
             self.submit(shard, insp)
             return None
 
-    def run(self, insp: Inspection, block0: list[Any], blocks: Any,
+    def run(self, insp: Inspection, part0: Part, parts: Any,
             on_block: Callable[[Inspection], None] | None, start: float,
             merged_hash: RecordsHash) -> bool:  # fmt: skip
         """Deal and merge shards until the data ends, pairs settle or a cancel.
@@ -255,9 +275,8 @@ class _Pool:
         Returns whether every record of the data was merged.
         """
         order = InOrder()
-        self.submit(Shard(0, 0, block0), insp)
-        held = {0: block0}  # records of shards dealt but not merged yet
-        sizes = {0: len(block0)}
+        self.submit(Shard(0, part0), insp)
+        sizes = {0: part0.count}
         more = True
         # Block 0 alone first where a measure calibrates on it: later shards start from it.
         alone = any(forkable(m) for m in insp.measures)
@@ -267,24 +286,25 @@ class _Pool:
                 and (order.next > 0 or not alone)
                 and len(self.inflight) < AHEAD * len(self.actors)
             ):
-                nxt = next(blocks, None)
+                nxt = next(parts, None)
                 if nxt is None:
                     more = False
                     break
                 index = len(sizes)
-                sizes[index] = len(nxt[0])
-                held[index] = nxt[0]
-                self.submit(Shard(index, nxt[1], nxt[0]), insp)
+                sizes[index] = nxt.count
+                self.submit(Shard(index, nxt), insp)
             if not self.inflight:
                 return not more and order.next == len(sizes)
             for index, states in self.wait(insp):
                 order.put(index, states)
-            for index, states in order.ready():
+            for index, (states, digest, blocks) in order.ready():
                 self._merge(insp, index, states)
-                merged_hash.update(held.pop(index))
+                merged_hash.add(digest, sizes[index])
                 insp.progress.records_read += sizes[index]
                 insp.progress.blocks += 1
-                insp._check_convergence()
+                if self.link is not None:  # with early stopping: the held states' check
+                    self.link.feed(blocks)  # returns at once on a Stop
+                insp._check_convergence(self.local)
                 insp.progress.mark(time.perf_counter() - start)
                 if on_block is not None:
                     on_block(insp)
@@ -296,13 +316,10 @@ class _Pool:
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
         for s, new in zip(insp.states, states, strict=True):
-            if new is None or s.stopped_at is not None:  # a model skipped, a state stopped
+            if new is None or s.stopped_at is not None:  # skipped, stopped or held
                 continue
-            if isinstance(new, Block):  # a measure that does not merge exactly
-                with stop_check(lambda: insp._cancel):
-                    s.accumulator = s.measure.update(s.accumulator, new.U, new.H, new.mask)
-            else:
-                s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
+            new = untrimmed(new)
+            s.accumulator = new if index == 0 else s.measure.merge(s.accumulator, new)
 
     def close(self, keep: bool) -> None:
         """Drop the shards still in flight; kill the actors after a cancel or a failure.

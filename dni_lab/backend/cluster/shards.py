@@ -1,7 +1,8 @@
 """Deterministic shards and the measure states they produce.
 
 A shard is one block of the single-process loop: records ``first .. first + len - 1``
-of the data, cut by the driver exactly as :meth:`Inspection._blocks` cuts them. A worker
+of the data, cut by the driver exactly as :meth:`Inspection._parts` cuts them (a file's
+blocks are described, not read: the worker reads its own). A worker
 folds a shard into *fresh* measure states; the driver merges those states in shard
 order, so after shard ``k`` the merged state is what one process holds after block
 ``k``. Because a shard depends only on its record indices, a shard whose worker died is
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..engine.sources import Part
 from ..measures import Measure
 
 #: Measures whose state calibrates on its first block, and the fields that count what
@@ -38,10 +40,10 @@ _COUNTS: dict[str, tuple[str, ...]] = {
 
 
 #: Measures whose ``merge`` is not order-exact (``logreg``: averaged warm-start weights,
-#: a per-state plateau history), by class name. Workers send their blocks' behaviors
-#: instead, and the driver updates these states itself, in record order: the same
-#: answer as one process, at the cost of shipping behaviors and doing their arithmetic
-#: on the driver. A measure says otherwise with a ``merge_exact`` attribute.
+#: a per-state plateau history), by class name. Workers keep their blocks' behaviors as
+#: Ray objects and a holder actor (probes.py) updates these states from them, in record
+#: order: the same answer as one process; the driver receives results, not behaviors.
+#: A measure says otherwise with a ``merge_exact`` attribute.
 _NOT_EXACT = frozenset({"LogReg"})
 
 
@@ -53,7 +55,7 @@ def merges_exactly(measure: Measure) -> bool:
 
 @dataclass
 class Block:
-    """One block's behaviors of a state's units, for a measure the driver updates."""
+    """One block's behaviors of a state's units, for a measure a holder updates."""
 
     U: torch.Tensor
     H: torch.Tensor
@@ -140,6 +142,52 @@ def _walk(obj: Any, f: Callable[[torch.Tensor], torch.Tensor], device: torch.dev
     return obj
 
 
+@dataclass
+class Trimmed:
+    """A tensor whose last slices along its first dimension are zero, sent without them.
+
+    A fresh state of one block fills few of its parts: ``corr``'s 20 jackknife buckets
+    receive a block's groups in turn, so a block of 8 groups leaves 12 buckets zero.
+    """
+
+    head: torch.Tensor
+    rows: int
+
+    def full(self) -> torch.Tensor:
+        tail = torch.zeros((self.rows - len(self.head), *self.head.shape[1:]),
+                           dtype=self.head.dtype, device=self.head.device)  # fmt: skip
+        return torch.cat([self.head, tail])
+
+
+def trimmed(obj: Any) -> Any:
+    """``obj`` (a state, on the CPU) with each tensor's zero tail left out (exact)."""
+    return _walk(obj, _trim, torch.device("cpu"), {})
+
+
+def untrimmed(obj: Any) -> Any:
+    """What :func:`trimmed` left out, put back: zeros of the same dtype."""
+    if isinstance(obj, Trimmed):
+        return obj.full()
+    if isinstance(obj, (list, tuple)):
+        items = [untrimmed(v) for v in obj]
+        return type(obj)(items) if not hasattr(obj, "_fields") else type(obj)(*items)
+    if isinstance(obj, dict):
+        return {k: untrimmed(v) for k, v in obj.items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.Tensor)) and not callable(obj):
+        for k, v in vars(obj).items():
+            if isinstance(v, (Trimmed, list, tuple, dict)) or hasattr(v, "__dict__"):
+                object.__setattr__(obj, k, untrimmed(v))
+    return obj
+
+
+def _trim(t: torch.Tensor) -> Any:
+    if t.ndim == 0 or len(t) < 2 or t.is_sparse or t.numel() == 0:
+        return t
+    nz = t.reshape(len(t), -1).ne(0).any(1).nonzero()
+    keep = int(nz[-1]) + 1 if len(nz) else 0
+    return Trimmed(t[:keep].clone(), len(t)) if keep < len(t) else t
+
+
 def payload_bytes(obj: Any) -> int:
     """Bytes of the tensors and arrays in ``obj`` (what a worker's answer ships, roughly).
 
@@ -154,7 +202,9 @@ def payload_bytes(obj: Any) -> int:
         if id(x) in seen:
             return
         seen.add(id(x))
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, Trimmed):
+            visit(x.head)
+        elif isinstance(x, torch.Tensor):
             total += x.nelement() * x.element_size()
         elif hasattr(x, "nbytes") and hasattr(x, "dtype"):  # numpy arrays
             total += int(x.nbytes)
@@ -174,11 +224,18 @@ def payload_bytes(obj: Any) -> int:
 
 @dataclass
 class Shard:
-    """One block of records, numbered like the single-process loop numbers it."""
+    """One block of records, numbered like the single-process loop numbers it.
+
+    ``part`` carries the records when they live in the driver's memory, and only where
+    they are (a file's row group, a Dataset block) when the worker can read them itself.
+    """
 
     index: int
-    first: int
-    records: list[Any]
+    part: Part
+
+    @property
+    def first(self) -> int:
+        return self.part.first
 
 
 class InOrder:

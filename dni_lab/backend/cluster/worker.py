@@ -25,9 +25,11 @@ import torch
 
 from ..engine.inspection import Inspection
 from ..engine.params import InspectParams
+from ..engine.provenance import block_digest
+from ..engine.sources import Part
 from ..extraction.extract import on_device
 from ..hypothesis.cache import HypothesisCache
-from .shards import Deferred, merges_exactly, moved
+from .shards import Block, Deferred, merges_exactly, moved, trimmed
 
 
 @dataclass(repr=False)
@@ -104,23 +106,26 @@ class ShardWorker:
     def read(
         self,
         plan: list[Any],
-        records: list[Any],
-        first: int,
+        part: Part,
         converged: list[np.ndarray],
         templates: list[Any] | None = None,
         stopped: list[bool] | None = None,
-    ) -> list[Any]:
+        held: list[bool] | None = None,
+    ) -> tuple[tuple[list[Any], str], dict[int, Any]]:
         """Fold one shard into fresh states; return them on the CPU, in the driver's order.
+
+        Called with ``num_returns=2``: the states come back to the driver; the held
+        ones (``held``: a ``logreg`` block's behaviors, or the states of a run read to
+        the end) go to a :class:`~.probes.ProbeHolder` without passing through it.
 
         Parameters
         ----------
         plan : list of ObjectRef
             ``[ref]`` to the run's :class:`Plan` (a list, so Ray hands over the reference;
             the plan is fetched and built once per actor and run).
-        records : list
-            The shard's records; ``records[0]`` is record ``first`` of the data.
-        first : int
-            Index of the shard's first record (errors name records by it).
+        part : Part
+            The shard's block: its records, or where this worker reads them (a file's
+            row groups, a Dataset's blocks); record ``part.first`` of the data first.
         converged : list of numpy.ndarray
             The driver's converged pairs per state when it dealt the shard: models and
             hypothesis families that have nothing left to score are skipped, as the
@@ -131,13 +136,21 @@ class ShardWorker:
         stopped : list of bool, optional
             States that stopped reading while others read on (``MeasureState.stop``):
             not updated, returned as None.
+        held : list of bool, optional
+            States a holder keeps (:func:`~.probes.holds`): sent in the second return.
 
         Returns
         -------
-        list
-            One state per driver state, None for states of models it skipped and for
-            stopped states.
+        (list, str)
+            One state per driver state, None for states of models it skipped, for
+            stopped states and for held ones; and the block's hash
+            (:func:`~dni_lab.backend.engine.provenance.block_digest`): the driver's
+            ``data_sha256`` covers records it never saw.
+        dict
+            ``{state index: Block or state}`` for the held states: a ``Block`` of
+            behaviors where the measure does not merge exactly, else the fresh state.
         """
+        records, first = part.read(), part.first
         loaded = self._load(plan[0])
         insp = loaded.insp
         forks = self._forks(templates, insp.device)
@@ -152,8 +165,16 @@ class ShardWorker:
                 s.accumulator = s.measure.start(len(s.columns), nh, insp.device, insp.info)
         active = {mu.model.name for mu in insp._active_models()}
         insp._read(records, first, loaded.extractors)
-        return [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
-                else None for s in insp.states]  # fmt: skip
+        states = [moved(s.accumulator, "cpu") if s.model_name in active and s.stopped_at is None
+                  else None for s in insp.states]  # fmt: skip
+        keep = held or [False] * len(states)
+        blocks = {i: st for i, st in enumerate(states) if st is not None
+                  and (keep[i] or isinstance(st, Block))}  # fmt: skip
+        for i, st in enumerate(states):  # a fresh state's zero parts stay here
+            states[i] = None if i in blocks else trimmed(st)
+            if i in blocks and not isinstance(st, Block):
+                blocks[i] = trimmed(st)
+        return (states, block_digest(records)), blocks
 
     def _load(self, ref: Any) -> _Loaded:
         if self._plan is None or self._plan[0] != ref.hex():

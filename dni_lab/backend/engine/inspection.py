@@ -4,7 +4,6 @@ convergence checked per (unit group, hypothesis, measure), early stop, cancel.""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,22 +28,13 @@ from .resolve import (
     as_families,
     as_measures,
     as_models,
-    as_records,
     is_feature_set,
     normalize_units,
     resolve_units,
     units_of,
 )
+from .sources import Part, as_source
 from .states import MeasureState
-
-#: Records after which a pair whose score is still null (constant so far) counts as settled.
-#: A hypothesis that first fires after this many records is missed under early stopping;
-#: ``eps=None`` reads everything.
-NULL_SETTLE_RECORDS = 2048
-
-#: A pair of an independent measure whose interval lies wholly below the lower bound of its
-#: hypothesis's TOP_K-th best unit is *decided*: the ranking a user reads cannot change.
-TOP_K = 3
 
 #: Once every other pair has converged or is decided, reading stops even if this share of
 #: pairs (rare hypotheses whose interval shrinks slowly) is still open; the frame names
@@ -150,13 +140,14 @@ class Inspection:
         data: Iterable[Any] = (),
         units: Any = None,
         params: InspectParams | None = None,
+        column: str | None = None,
     ) -> None:
         self.params = params if params is not None else InspectParams()
         self.models = as_models(models)
         self.families, self.info = as_families(hypotheses)
         self.measures = as_measures(measures)
         self.units = normalize_units(units, self.models)
-        self.data = as_records(data)
+        self.data = as_source(data, column)  # records in memory, files, a Ray Dataset
         self.device = resolve_device(self.params.device)
         self.cache = as_cache(self.params.cache)
         self.hids = [i.name for i in self.info]
@@ -164,7 +155,7 @@ class Inspection:
         widths = [len(f.signals()) for f in self.families]
         self._family_cols = np.split(np.arange(sum(widths)), np.cumsum(widths)[:-1])
         self.states: list[MeasureState] = []
-        self.progress = Progress(total_records=_length(data, self.params.max_records))
+        self.progress = Progress(total_records=_length(self.data.total, self.params.max_records))
         self._cancel = False
         self._read_to_end = False
         self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
@@ -343,19 +334,19 @@ class Inspection:
         return True
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
-        it = iter(self.data)
-        if self.params.max_records is not None:
-            it = itertools.islice(it, self.params.max_records)
-        first = 0
-        while True:
-            block = list(itertools.islice(it, self.params.block_size))
-            if not block:
-                self._read_to_end = True
-                if first == 0:
-                    raise DNIError("the data holds no records; pass a non-empty sequence.")
-                return
-            yield block, first
-            first += len(block)
+        for part in self._parts():
+            yield part.read(), part.first
+
+    def _parts(self) -> Iterator[Part]:
+        """The data's blocks as :class:`~.sources.Part` objects (a cluster's workers read
+        a file's parts themselves); sets ``_read_to_end`` once the data ended."""
+        any_part = False
+        for part in self.data.parts(self.params.block_size, self.params.max_records):
+            any_part = True
+            yield part
+        self._read_to_end = True
+        if not any_part:
+            raise DNIError("the data holds no records; pass a non-empty sequence.")
 
     def _hypothesis_block(
         self,
@@ -399,6 +390,7 @@ class Inspection:
     def _prepare(self, sample: list[Any]) -> None:
         """One measure state per (model, measure, unit set), all pairs unconverged."""
         nh = len(self.info)
+        states: list[MeasureState] = []  # published whole: a live view reads self.states meanwhile
         for model in self.models:
             with on_device(model, self.device):
                 mu = resolve_units(model, units_of(self.units, model), sample, self.device)
@@ -408,7 +400,7 @@ class Inspection:
                 else:
                     sets = [("", np.arange(mu.n_units))]
                 for group, cols in sets:
-                    self.states.append(
+                    states.append(
                         MeasureState(
                             model_units=mu,
                             measure=meas,
@@ -418,7 +410,8 @@ class Inspection:
                             converged=np.zeros((len(cols), nh), dtype=bool),
                         )
                     )
-        self.progress.pairs_total = sum(s.converged.size for s in self.states)
+        self.progress.pairs_total = sum(s.converged.size for s in states)
+        self.states = states
 
     def _active_models(self) -> list[ModelUnits]:
         """Models with a pair still to converge (all of them when reading everything)."""
@@ -431,25 +424,18 @@ class Inspection:
     def _states_of(self, mu: ModelUnits) -> list[MeasureState]:
         return [s for s in self.states if s.model_units is mu]
 
-    def _check_convergence(self) -> None:
-        eps = self.params.eps
-        if eps is None or self.progress.records_read < self.params.min_records:
+    def _checks(self) -> bool:
+        """Whether convergence is checked after this block (early stopping, enough read)."""
+        return self.params.eps is not None and self.progress.records_read >= self.params.min_records
+
+    def _check_convergence(self, states: list[MeasureState] | None = None) -> None:
+        """Check ``states`` (default: all; a cluster's holder checks the ones it merges)
+        after a block, then count the settled pairs of every state."""
+        if not self._checks():
             return
-        for s in self.states:
-            if not s.measure.has_error or s.converged.all() or s.stopped_at is not None:
-                continue
-            res = s.measure.peek(s.accumulator, self.params.confidence)
-            new = (res.err <= eps) & ~s.converged
-            if self.progress.records_read >= NULL_SETTLE_RECORDS:
-                # Still null with a reason (a hypothesis or unit constant so far): no error
-                # estimate will ever come, so waiting for one would defeat early stopping.
-                new |= np.isnan(res.unit_score) & (res.reason != None) & ~s.converged  # noqa: E711
-            if new.any():
-                s.freeze(res, new, self.progress.records_read)
-            if s.measure.joint:
-                s.settle_groups(res, eps)
-            else:
-                s.decide(res, TOP_K)
+        assert self.params.eps is not None
+        for s in self.states if states is None else states:
+            s.check(self.params.eps, self.params.confidence, self.progress.records_read)
         self.progress.pairs_converged = int(sum(s.converged.sum() for s in self.states))
         self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))
 
@@ -483,11 +469,12 @@ class Inspection:
     # -- results ----------------------------------------------------------------
     def frame(self, final: bool = False) -> pl.DataFrame:
         """The score frame now: converged pairs frozen, the rest at their current value."""
-        if not self.states:
+        states = self.states  # one list throughout: the run's thread may publish it meanwhile
+        if not states:
             return empty_frame()
         confidence = self.params.confidence
         currents = []
-        for s in self.states:
+        for s in states:
             # A state whose pairs all converged reports frozen scores: no final fit needed.
             # Neither after a Stop: the person wants the scores as they stand, now (a final
             # probe fit took longer than the block in flight; one under way stops early).
@@ -498,7 +485,7 @@ class Inspection:
         complete = final and self._read_to_end and not self._cancel  # after: a Stop may come
         parts = [
             s.rows(current, self.hids, self.progress.records_read, complete)
-            for s, current in zip(self.states, currents, strict=True)
+            for s, current in zip(states, currents, strict=True)
         ]
         return pl.concat(parts, how="vertical")
 
@@ -555,9 +542,7 @@ def _plain(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, ok) else repr(v) for k, v in params.items()}
 
 
-def _length(data: Any, max_records: int | None) -> int | None:
-    try:
-        n = len(data)
-    except TypeError:
+def _length(total: int | None, max_records: int | None) -> int | None:
+    if total is None:
         return max_records
-    return min(n, max_records) if max_records is not None else n
+    return min(total, max_records) if max_records is not None else total

@@ -18,7 +18,9 @@ class ProgressBar:
         self.file = file if file is not None else sys.stderr
         self._done = 0
         try:
-            from tqdm.auto import tqdm
+            # the text bar, always: tqdm.auto picks its widget once per process when any
+            # IPython kernel config exists, and then writes nothing to ``file``
+            from tqdm.std import tqdm
         except ImportError:  # no tqdm: one line per block
             self._bar = None
         else:

@@ -195,20 +195,46 @@ def _offloaded(module: nn.Module, name: str) -> torch.Tensor | None:
 
 
 class RecordsHash:
-    """Incremental hash of the records a run read, in order."""
+    """Hash of the records a run read, the same however they were cut into blocks.
+
+    Each record's SHA-256 is a coefficient of a polynomial evaluated at a fixed point
+    modulo the prime 2**255 - 19 (Horner's rule, in record order); a block's value
+    (:func:`block_digest`) is computed wherever the block was read, and blocks join as
+    ``acc * B**len(block) + block`` in block order. So one process, a cluster whose workers
+    read their own parts of a file, and any ``block_size`` give the same ``data_sha256``
+    for the same records in the same order; another order or another record changes it.
+    ``data_sha256`` is the SHA-256 of that value and the record count. Frames exported
+    before 2026-11-26 hash their data differently (one running SHA-256 over the records).
+    """
 
     def __init__(self) -> None:
-        self._h = hashlib.sha256()
+        self._acc = 0
         self.count = 0
 
-    def update(self, records: Iterable[Any]) -> None:
-        for r in records:
-            self._h.update(_record_bytes(r))
-            self._h.update(b"\x00")
-            self.count += 1
+    def update(self, records: list[Any]) -> None:
+        """Add a block of records read here."""
+        self.add(block_digest(records), len(records))
+
+    def add(self, digest: str, count: int) -> None:
+        """Add a block's value (:func:`block_digest`), computed wherever the block was read."""
+        self._acc = (self._acc * pow(_BASE, count, _PRIME) + int(digest, 16)) % _PRIME
+        self.count += count
 
     def hexdigest(self) -> str:
-        return self._h.hexdigest()
+        return hashlib.sha256(f"{self._acc:064x}:{self.count}".encode()).hexdigest()
+
+
+_PRIME = 2**255 - 19
+_BASE = int.from_bytes(hashlib.sha256(b"dni_lab records").digest(), "big") % _PRIME
+
+
+def block_digest(records: Iterable[Any]) -> str:
+    """One block's value for :class:`RecordsHash`: its records' SHA-256s, in order."""
+    acc = 0
+    for r in records:
+        d = int.from_bytes(hashlib.sha256(_record_bytes(r)).digest(), "big")
+        acc = (acc * _BASE + d) % _PRIME
+    return f"{acc:064x}"
 
 
 def _record_bytes(record: Any) -> bytes:

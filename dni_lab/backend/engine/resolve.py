@@ -319,10 +319,12 @@ def as_records(data: Any) -> Any:
 
 
 def _one_column(columns: list[str]) -> None:
+    if not columns:
+        raise DNIError("data is a table with no columns.")
     if len(columns) != 1:
         raise DNIError(
-            f"data is a table with columns {columns}; pass one column, "
-            f"e.g. data=table[{columns[0]!r}]." if columns else "data is a table with no columns."
+            f"data is a table with columns {columns}; pass column= naming the one column "
+            f"that holds the records, e.g. column={columns[0]!r} (or data=table[{columns[0]!r}])."
         )
 
 

@@ -19,6 +19,15 @@ from ..measures import Measure, MeasureResult
 from .frames import UnitLabels, score_rows
 from .resolve import ModelUnits
 
+#: Records after which a pair whose score is still null (constant so far) counts as settled.
+#: A hypothesis that first fires after this many records is missed under early stopping;
+#: ``eps=None`` reads everything.
+NULL_SETTLE_RECORDS = 2048
+
+#: A pair of an independent measure whose interval lies wholly below the lower bound of its
+#: hypothesis's TOP_K-th best unit is *decided*: the ranking a user reads cannot change.
+TOP_K = 3
+
 
 @dataclass
 class MeasureState:
@@ -88,6 +97,28 @@ class MeasureState:
         assert self.frozen_records is not None
         self.frozen_records[new] = records_read
         self.converged |= new
+
+    def check(self, eps: float, confidence: float, records_read: int) -> None:
+        """After a block: freeze the pairs whose error reached ``eps``, mark the decided.
+
+        The one convergence check of a run, wherever the state lives: the single-process
+        loop calls it on its states, a cluster's holder actor on the states it merges.
+        A state without an error estimate, settled or stopped is left alone.
+        """
+        if not self.measure.has_error or self.converged.all() or self.stopped_at is not None:
+            return
+        res = self.measure.peek(self.accumulator, confidence)
+        new = (res.err <= eps) & ~self.converged
+        if records_read >= NULL_SETTLE_RECORDS:
+            # Still null with a reason (a hypothesis or unit constant so far): no error
+            # estimate will ever come, so waiting for one would defeat early stopping.
+            new |= np.isnan(res.unit_score) & (res.reason != None) & ~self.converged  # noqa: E711
+        if new.any():
+            self.freeze(res, new, records_read)
+        if self.measure.joint:
+            self.settle_groups(res, eps)
+        else:
+            self.decide(res, TOP_K)
 
     def decide(self, current: MeasureResult, top_k: int) -> None:
         """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.

@@ -144,6 +144,14 @@ class Extractor:
         self.padding = padding if padding is not None else Padding()
         self._replicas: dict[tuple[int, int], nn.Module] = {}
         self.features = {a: (h, _placed(fs, device)) for a, (h, fs) in (features or {}).items()}
+        self._selection = {
+            a: None if i is None else torch.as_tensor(np.asarray(i).ravel(), dtype=torch.long)
+            for a, i in layer_units.items()
+        }
+        self._in_order = {
+            a: i is None or bool((i == torch.arange(len(i))).all())
+            for a, i in self._selection.items()
+        }
         self._units_key = tuple(
             (a, None if i is None else tuple(np.asarray(i).ravel().tolist()))
             for a, i in layer_units.items()
@@ -232,7 +240,7 @@ class Extractor:
                 store = stack.enter_context(self.model.capture(hooks))
                 self.model.forward(batch)
             out = {}
-            for addr, idx in self.layer_units.items():
+            for addr in self.layer_units:
                 if addr in self.features:  # latents: the hook's activation, encoded
                     hook, fs = self.features[addr]
                     x = self._symbols(hook, store, records, mask.shape[1])
@@ -245,8 +253,9 @@ class Extractor:
                     act = fs.encode(x).float()
                 else:
                     act = self._symbols(addr, store, records, mask.shape[1])
-                if idx is not None:
-                    act = act[..., idx]
+                idx = self._selection[addr]
+                if idx is not None and not (len(idx) == act.shape[-1] and self._in_order[addr]):
+                    act = act[..., idx.to(act.device)]  # every unit in order needs no copy
                 if grad:
                     act = _gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
@@ -461,11 +470,15 @@ def _check_finite(
     first: int = 0,
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    full = bool(mask.all())
     # One reduction decides the usual case: a sum is finite only if every value is
     # (a finite overflow to inf only sends us to the exact check below).
-    if full and bool(torch.isfinite(act.sum())):
-        return act
+    if bool(torch.isfinite(act.sum())):
+        pad = ~mask
+        # padding slots that already hold zeros (HFModel gathers them so) need no masked
+        # copy; reading them costs what the padding holds, not the block
+        if not bool(pad.any()) or not bool(act[pad].any()):
+            return act
+        return act.masked_fill(pad[..., None], 0.0)
     bad = ~torch.isfinite(act) & mask[..., None]
     if bool(bad.any()):
         r, t, u = (int(i) for i in torch.nonzero(bad)[0])

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from .behavior_memo import BehaviorMemo
-from .module_names import alias_target, layer_names, residual_hooks
+from .module_names import alias_target, layer_modules, layer_names, residual_hooks
 
 #: Addresses an unknown-layer error lists before it points to ``model.addresses``.
 _LISTED = 30
@@ -137,9 +137,8 @@ class Model:
     def addresses(self) -> list[str]:
         """Every extractable address: :attr:`layers` plus recurrent sub-layers and cells."""
         out: list[str] = []
-        for name in self.layers:
+        for name, mod in layer_modules(self.module).items():  # one walk: a notebook asks often
             out.append(name)
-            mod = self._module(name)
             if isinstance(mod, nn.RNNBase):
                 prefix = f"{name}." if name else ""
                 out += [f"{prefix}l{k}" for k in range(mod.num_layers)]
@@ -264,10 +263,11 @@ class Model:
         """
         store: dict[str, Any] = {}
         handles = []
+        layers = set(self.layers) if addresses else set()  # one walk of the modules in all
         try:
             for addr in addresses:
                 base, k, _cell = self.split_address(addr)
-                if k is None and addr in self.layers:
+                if k is None and addr in layers:
                     handles.append(self._module(addr).register_forward_hook(_keep(store, addr)))
                 else:
                     mod = self._module(base)

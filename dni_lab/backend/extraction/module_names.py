@@ -23,13 +23,18 @@ def layer_names(module: nn.Module) -> list[str]:
 
     The root itself is ``""`` when the model is a single leaf module.
     """
-    best: dict[int, str] = {}
+    return list(layer_modules(module))
+
+
+def layer_modules(module: nn.Module) -> dict[str, nn.Module]:
+    """:func:`layer_names` with each one's module, from one walk of ``module``."""
+    best: dict[int, tuple[str, nn.Module]] = {}
     for name, mod in module.named_modules(remove_duplicate=False):
         if name and not isinstance(mod, _CONTAINERS):
             old = best.get(id(mod))
-            if old is None or (name.count("."), len(name)) < (old.count("."), len(old)):
-                best[id(mod)] = name
-    return list(best.values()) or [""]
+            if old is None or (name.count("."), len(name)) < (old[0].count("."), len(old[0])):
+                best[id(mod)] = (name, mod)
+    return dict(best.values()) or {"": module}
 
 
 def alias_target(module: nn.Module, layers: list[str], path: str) -> str | None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -68,11 +69,13 @@ class HFModel(Model):
         window that gives it ``stride`` tokens of left context (:mod:`.encoding`).
     meta : mapping, optional
         Catalog metadata.
-    decoder_input : {"same"}, optional
+    decoder_input : {"same"} or callable, optional
         Encoder-decoder models (T5, BART): how the decoder's inputs follow from a
         record. Without it only the encoder runs, and decoder units raise. ``"same"``:
         the record itself, shifted right (teacher forcing); decoder symbol ``t`` is
-        token ``t`` of the record (:mod:`.seq2seq`).
+        token ``t`` of the record. A function ``fn(record)`` → the decoder's text or
+        token ids, one token per symbol of the record: decoder symbol ``t`` is its
+        token ``t`` (:mod:`.seq2seq`).
 
     Notes
     -----
@@ -92,7 +95,7 @@ class HFModel(Model):
         truncate: bool = False,
         stride: int | None = None,
         skip_long: bool = False,
-        decoder_input: str | None = None,
+        decoder_input: str | Callable[[str], Any] | None = None,
     ) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(
@@ -259,9 +262,11 @@ class HFModel(Model):
         batch[_LAYOUT] = layout
         if self.decoder_input is not None:
             dec, keep = seq2seq.encode_decoder(
-                self.tokenizer, list(records), seq2seq.start_token(self.module), self.max_length,
-                self.truncate,
+                self.tokenizer, seq2seq.decoder_records(self, given, list(records)),
+                seq2seq.start_token(self.module), self.max_length, self.truncate,
             )
+            if callable(self.decoder_input):
+                seq2seq.check_counts(self, given, keep)
             batch.update(dec)
             batch[_DECODER] = encoding.token_layout(keep)
         return batch
@@ -282,6 +287,8 @@ class HFModel(Model):
         if self._decoder is not None and self.decoder_input is None:
             module = module.get_encoder()  # no decoder inputs: the encoder stack alone
             batch = seq2seq.encoder_inputs(module, batch)
+        if _takes_use_cache(type(module)) and "use_cache" not in batch:
+            batch["use_cache"] = False  # a key/value cache costs copies no reading needs
         try:
             return module(**to_device(batch, _input_device(self.module)))
         except capture.StopForward:  # every captured address fired: the rest was not needed
@@ -340,15 +347,16 @@ class HFModel(Model):
 
     def resolve_layer(self, layer: str | int) -> str:
         """An address, a block position, a TransformerLens hook or an nnsight path."""
-        if isinstance(layer, str) and layer not in self.addresses:
+        known = set(self.addresses) if isinstance(layer, str) else set()
+        if isinstance(layer, str) and layer not in known:
             mapped = names.translate(layer, self._blocks, self._n_blocks, self.module, self._taps)
-            if mapped is not None and mapped not in self.addresses:
+            if mapped is not None and mapped not in known:
                 raise LayerError(
                     f"{layer!r} maps to {mapped!r}, which model {self.name!r} does not have."
                     f"{did_you_mean(mapped, self.addresses)}"
                 )
             layer = mapped or layer
-        if isinstance(layer, str) and layer not in self.addresses:
+        if isinstance(layer, str) and layer not in known:
             layer = seq2seq.translate(layer, self._decoder_blocks) or layer
         address = super().resolve_layer(layer)
         seq2seq.needs_rule(self, address)
@@ -486,6 +494,14 @@ def tokenizer_hash(tokenizer: Any) -> str:
     # the Rust side serializes its vocabulary in hash order: sort before hashing
     spec = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _takes_use_cache(cls: type) -> bool:
+    try:
+        return "use_cache" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature
+        return False
 
 
 def _input_device(module: nn.Module) -> torch.device:

@@ -13,6 +13,13 @@ decoder, ``decoder.block.1`` on T5, ``decoder.layers.1`` on BART, or
   ``t`` and predicts token ``t + 1``, so **decoder symbol t is token t of the
   record**, read where the decoder has just seen it (as in a decoder-only LM).
   The decoder's symbols are the encoder's, so hypotheses pool onto them the same way.
+* **a function** ``decoder_input=fn``, ``fn(record)`` → the decoder's text (a string,
+  tokenized with its special tokens) or its token ids (a list of ints): the decoder reads
+  ``[decoder_start] + tokens`` (teacher forcing on that text). Its non-special tokens
+  (every id of a list) are the decoder's symbols and pair one to one with the record's:
+  decoder symbol ``t`` is token ``t`` of ``fn(record)``, so ``fn`` must give exactly one
+  token per symbol of the record (a tag per token, an edited record of the same length);
+  another count raises a :class:`~dni_lab.backend.errors.DNIError` naming the record.
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ def check_rule(module: nn.Module, rule: Any, stride: Any, record_pool: Any) -> N
     if not is_encoder_decoder(module):
         raise DNIError(f"decoder_input={rule!r} is for encoder-decoder models; {kind} has no "
                        "decoder inputs: leave it out.")  # fmt: skip
-    if rule not in RULES:
+    if not callable(rule) and rule not in RULES:
         raise DNIError(
             f"unknown decoder_input {rule!r}; use one of {RULES} (the record itself, shifted "
-            "right: decoder symbols are the record's tokens)."
+            "right: decoder symbols are the record's tokens) or a function record -> the "
+            "decoder's text or token ids, one token per symbol of the record."
         )
     if stride is not None or record_pool is not None:
         raise DNIError("decoder_input= reads the decoder per token; it does not combine with "
@@ -102,27 +110,79 @@ def needs_rule(model: Any, address: str) -> None:
         )
 
 
-def encode_decoder(tokenizer: Any, records: list[str], start: int, max_length: int | None,
+def encode_decoder(tokenizer: Any, records: list[Any], start: int, max_length: int | None,
                    truncate: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:  # fmt: skip
-    """Decoder inputs for ``records`` under the ``"same"`` rule, and which slots are symbols.
+    """Decoder inputs for ``records`` (texts, or lists of token ids), and which slots are symbols.
 
     Returns ``({"decoder_input_ids", "decoder_attention_mask"}, keep)``, each
     ``(R, T + 1)``: ``[start] + tokens`` padded right (a decoder's learned positions
     count from its first slot), ``keep`` true at position ``t + 1`` for each
-    non-special token ``t``.
+    non-special token ``t`` (every id of a list).
     """
-    kw: dict[str, Any] = dict(padding=True, return_tensors="pt", return_special_tokens_mask=True,
-                              padding_side="right")  # fmt: skip
-    if max_length is not None and truncate:
-        kw.update(truncation=True, max_length=max_length)
-    enc = tokenizer(list(records), **kw)
-    mask = enc["attention_mask"].bool()
-    keep = mask & ~enc["special_tokens_mask"].bool()
+    if records and all(isinstance(r, str) for r in records):
+        kw: dict[str, Any] = dict(
+            padding=True, return_tensors="pt", return_special_tokens_mask=True,
+            padding_side="right",
+        )  # fmt: skip
+        if max_length is not None and truncate:
+            kw.update(truncation=True, max_length=max_length)
+        enc = tokenizer(list(records), **kw)
+        mask = enc["attention_mask"].bool()
+        keep = mask & ~enc["special_tokens_mask"].bool()
+    else:
+        enc = _pad_ids(records, tokenizer.pad_token_id)
+        keep = enc["attention_mask"].bool()
     first = torch.full((len(records), 1), start, dtype=enc["input_ids"].dtype)
     ids = torch.cat([first, enc["input_ids"]], 1)
     dmask = torch.cat([torch.ones_like(first), enc["attention_mask"]], 1)
     keep = torch.cat([torch.zeros_like(first, dtype=torch.bool), keep], 1)
     return {"decoder_input_ids": ids, "decoder_attention_mask": dmask}, keep
+
+
+def _pad_ids(rows: list[Any], pad: int) -> dict[str, torch.Tensor]:
+    """Lists of token ids, padded right: ``{"input_ids", "attention_mask"}``."""
+    bad = next((r for r in rows if isinstance(r, str) or not all(
+        isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, bool)) for i in r
+    )), None)  # fmt: skip
+    if bad is not None:
+        raise DNIError(
+            f"decoder_input= returned {bad!r:.60} beside other kinds of value; return the "
+            "decoder's text (a string) or its token ids (a list of ints) for every record."
+        )
+    T = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), T), pad, dtype=torch.long)
+    mask = torch.zeros(len(rows), T, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.as_tensor([int(x) for x in r], dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def decoder_records(model: Any, given: list[str], records: list[str]) -> list[Any]:
+    """What the decoder reads for each record under ``model.decoder_input``.
+
+    ``records`` are the encoder's (a skipped record already replaced by the pad token,
+    which the decoder then reads too); a function's result must give one token per
+    symbol of its record.
+    """
+    rule = model.decoder_input
+    if not callable(rule):
+        return list(records)
+    return [r if model.skips(g) else rule(g) for g, r in zip(given, records, strict=True)]
+
+
+def check_counts(model: Any, given: list[str], keep: torch.Tensor) -> None:
+    """Each record's decoder symbols must pair one to one with its symbols."""
+    got = keep.sum(1).tolist()
+    for i, (record, n) in enumerate(zip(given, got, strict=True)):
+        want = model.symbols(record)
+        if n != want:
+            raise DNIError(
+                f"decoder_input={getattr(model.decoder_input, '__name__', 'fn')}(record) gives "
+                f"{n} decoder tokens for record {i} of the batch ({record[:40]!r}), which has "
+                f"{want} symbols; decoder symbol t is its token t, so return one token per "
+                "symbol of the record (or pass decoder_input='same')."
+            )
 
 
 def encoder_inputs(module: nn.Module, batch: dict[str, Any]) -> dict[str, Any]:

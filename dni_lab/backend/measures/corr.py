@@ -25,73 +25,9 @@ from scipy.special import stdtrit
 
 from ..extraction.sparse_block import SparseBlock
 from .base import HypothesisInfo, Measure, MeasureResult, kind_mask
+from .moments import Moments, block_mean, fold, index, rolled, sum_groups
 
 _F64 = torch.float64
-
-
-@dataclass
-class Moments:
-    """Count, means, centered sums of squares and co-moment of one set of symbols.
-
-    Leading dimensions broadcast: the running total has none, the buckets one.
-    """
-
-    n: torch.Tensor  # (...,) symbols
-    mean_u: torch.Tensor  # (..., U)
-    mean_h: torch.Tensor  # (..., H)
-    m2_u: torch.Tensor  # (..., U)
-    m2_h: torch.Tensor  # (..., H)
-    c_uh: torch.Tensor  # (..., U, H)
-
-    @classmethod
-    def zeros(cls, lead: tuple[int, ...], nu: int, nh: int, device) -> Moments:
-        def z(*dims: int) -> torch.Tensor:
-            return torch.zeros((*lead, *dims), dtype=_F64, device=device)
-
-        return cls(z(), z(nu), z(nh), z(nu), z(nh), z(nu, nh))
-
-    def combine(self, other: Moments) -> Moments:
-        """Chan et al.'s pairwise union (exact; an empty side contributes nothing)."""
-        n = self.n + other.n
-        safe = n.clamp_min(1.0)
-        w = (other.n / safe)[..., None]
-        f = (self.n * other.n / safe)[..., None]
-        du, dh = other.mean_u - self.mean_u, other.mean_h - self.mean_h
-        return Moments(
-            n=n,
-            mean_u=self.mean_u + du * w,
-            mean_h=self.mean_h + dh * w,
-            m2_u=self.m2_u + other.m2_u + du * du * f,
-            m2_h=self.m2_h + other.m2_h + dh * dh * f,
-            c_uh=self.c_uh + other.c_uh + du[..., :, None] * dh[..., None, :] * f[..., None],
-        )
-
-    def without(self, part: Moments) -> Moments:
-        """The moments of the symbols of ``self`` that are not in ``part`` (Chan reversed)."""
-        n = self.n - part.n
-        safe = n.clamp_min(1.0)
-        mean_u = (self.n[..., None] * self.mean_u - part.n[..., None] * part.mean_u) / safe[
-            ..., None
-        ]
-        mean_h = (self.n[..., None] * self.mean_h - part.n[..., None] * part.mean_h) / safe[
-            ..., None
-        ]
-        f = (n * part.n / self.n.clamp_min(1.0))[..., None]
-        du, dh = part.mean_u - mean_u, part.mean_h - mean_h
-        return Moments(
-            n=n,
-            mean_u=mean_u,
-            mean_h=mean_h,
-            m2_u=self.m2_u - part.m2_u - du * du * f,
-            m2_h=self.m2_h - part.m2_h - dh * dh * f,
-            c_uh=self.c_uh - part.c_uh - du[..., :, None] * dh[..., None, :] * f[..., None],
-        )
-
-    def r(self) -> torch.Tensor:
-        """Correlations, NaN where a side has no variance."""
-        den = torch.sqrt((self.m2_u[..., :, None] * self.m2_h[..., None, :]).clamp_min(0))
-        nan = torch.full_like(self.c_uh, float("nan"))
-        return torch.where(den > 0, self.c_uh / den.clamp_min(1e-300), nan)
 
 
 @dataclass
@@ -105,11 +41,6 @@ class CorrState:
     @property
     def n(self) -> torch.Tensor:
         return self.total.n
-
-
-def _rolled(m: Moments, shift: int) -> Moments:
-    """Buckets moved ``shift`` slots on (bucket k lands in slot k + shift, cyclically)."""
-    return Moments(*(torch.roll(getattr(m, f), shift, 0) for f in Moments.__dataclass_fields__))
 
 
 def _run_records(g: int, T: int, rows: int) -> int:
@@ -179,7 +110,7 @@ class Corr(Measure):
         # rounding of a block's moments then depends on the block alone, so states that
         # read blocks apart (cluster shards) merge to what one state reading them gives,
         # to float64 rounding (a running-mean shift made them differ by up to 1e-5).
-        su, sh = _block_mean(U, mask), _block_mean(H.to(U.dtype), mask)
+        su, sh = block_mean(U, mask), block_mean(H.to(U.dtype), mask)
         m = mask[..., None].to(U.dtype)
         Ud = U - su.to(U.dtype)
         if not bool(mask.all()):
@@ -255,7 +186,7 @@ class Corr(Measure):
         if not bool(keep.all()):
             cnt, s_u, s_h, q_u, q_h, S = (x[keep] for x in (cnt, s_u, s_h, q_u, q_h, S))
         c = cnt.clamp_min(1.0)[:, None]
-        block = _sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S)  # reads S before it turns
+        block = sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S)  # reads S before it turns
         # The groups' co-moments, in place: S - s_u (s_h / n)ᵀ (one pass, no temporaries).
         c_uh = S.baddbmm_(s_u[:, :, None], (-s_h / c)[:, None, :])
         groups = Moments(
@@ -271,8 +202,8 @@ class Corr(Measure):
         slots = (state.n_groups + torch.arange(G)) % self.buckets
         # Fewer groups per block than buckets (the usual case): one vectorized union.
         for start in range(0, G, self.buckets):
-            part = _index(groups, slice(start, start + self.buckets))
-            _fold(state.buckets, slots[start : start + self.buckets], part)
+            part = index(groups, slice(start, start + self.buckets))
+            fold(state.buckets, slots[start : start + self.buckets], part)
         state.n_groups += G
         state.n_records += n_records
         return state
@@ -281,7 +212,7 @@ class Corr(Measure):
         return CorrState(
             total=a.total.combine(b.total),
             # b's groups continue a's round-robin: its bucket k is a's bucket k + a.n_groups
-            buckets=a.buckets.combine(_rolled(b.buckets, a.n_groups % self.buckets)),
+            buckets=a.buckets.combine(rolled(b.buckets, a.n_groups % self.buckets)),
             n_groups=a.n_groups + b.n_groups,
             n_records=a.n_records + b.n_records,
             scorable=a.scorable,
@@ -328,62 +259,3 @@ class Corr(Measure):
         err = stdtrit(k - 1, 0.5 + confidence / 2) * np.sqrt(var)
         err[~np.isfinite(r)] = np.nan
         return err
-
-
-def _block_mean(X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of the real symbols of ``X`` ``(R, T, D)`` as float64 ``(D,)`` (padding ignored).
-
-    A matrix-vector product with the mask reads the block once without gathering a copy
-    (padding must be finite, as ``update`` already assumes when it zeroes it).
-    """
-    flat = X.reshape(-1, X.shape[-1])
-    if bool(mask.all()):
-        return flat.mean(0).to(_F64)
-    m = mask.reshape(-1).to(X.dtype)
-    return (torch.mv(flat.T, m) / m.sum()).to(_F64)
-
-
-def _sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S) -> Moments:
-    """The block's moments straight from the shifted sums (cheaper than G unions)."""
-    n = cnt.sum()
-    su_t, sh_t = s_u.sum(0), s_h.sum(0)
-    safe = n.clamp_min(1.0)
-    return Moments(
-        n=n,
-        mean_u=su + su_t / safe,
-        mean_h=sh + sh_t / safe,
-        m2_u=q_u.sum(0) - su_t * su_t / safe,
-        m2_h=q_h.sum(0) - sh_t * sh_t / safe,
-        c_uh=S.sum(0) - torch.outer(su_t, sh_t) / safe,
-    )
-
-
-def _fold(b: Moments, slots: torch.Tensor, part: Moments) -> None:
-    """Chan's union of ``part`` into buckets ``slots`` of ``b``, in place.
-
-    The (k, U, H) co-moments are the only large tensors: they are updated in place
-    (on a view when the slots are consecutive, the usual case), the outer product
-    fused into one ``baddbmm``, instead of building four temporaries of that size.
-    """
-    lo, k = int(slots[0]), len(slots)
-    run = bool((slots == torch.arange(lo, lo + k)).all())
-    idx: slice | torch.Tensor = slice(lo, lo + k) if run else slots
-    n_a = b.n[idx]
-    n = n_a + part.n
-    safe = n.clamp_min(1.0)
-    w = (part.n / safe)[:, None]
-    f = (n_a * part.n / safe)[:, None]
-    du, dh = part.mean_u - b.mean_u[idx], part.mean_h - b.mean_h[idx]
-    c = b.c_uh[idx]  # a view for a run of slots, else a copy written back below
-    c.add_(part.c_uh).baddbmm_((du * f)[:, :, None], dh[:, None, :])
-    if not run:
-        b.c_uh[idx] = c
-    b.m2_u[idx] = b.m2_u[idx] + part.m2_u + du * du * f
-    b.m2_h[idx] = b.m2_h[idx] + part.m2_h + dh * dh * f
-    b.mean_u[idx] = b.mean_u[idx] + du * w
-    b.mean_h[idx] = b.mean_h[idx] + dh * w
-    b.n[idx] = n
-
-
-def _index(m: Moments, idx) -> Moments:
-    return Moments(m.n[idx], m.mean_u[idx], m.mean_h[idx], m.m2_u[idx], m.m2_h[idx], m.c_uh[idx])
