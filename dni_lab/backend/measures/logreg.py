@@ -55,6 +55,7 @@ class LogRegState:
     gen: torch.Generator | None = None
     damping: torch.Tensor | None = None  # per-column Newton damping, carried across blocks
     group: torch.Tensor | None = None  # (n,) jackknife group of each row's record
+    growth: float | None = None  # records read before the next checkpoint, as a factor
 
 
 class LogReg(Measure):
@@ -77,10 +78,14 @@ class LogReg(Measure):
         change of a standardised coefficient that the last Newton step may propose in a
         converged fit (the step is the solver's estimate of its distance to the
         optimum; a fit that stops short of it never counts as converged).
-    checkpoint_growth : float
-        A block triggers a fit (a checkpoint) once the records read have grown by this
+    checkpoint_growth, max_growth : float
+        A block triggers a fit (a checkpoint) once the records read have grown by a
         factor since the last one: fits cost a pass over every row read, so they come
-        at geometric steps and the whole run costs a few full fits.
+        at geometric steps and the whole run costs a few full fits. The factor is
+        ``checkpoint_growth`` until the run's convergence check reports the open pairs'
+        errors; then it is the growth at which the largest open group error would reach
+        eps if it shrinks like ``1/sqrt(records)``, between ``checkpoint_growth`` and
+        ``max_growth``: a fit that can settle nothing is skipped.
     hessian_rows : int
         Rows each Newton step builds its Hessians from (drawn by curvature).
     groups : int
@@ -103,6 +108,7 @@ class LogReg(Measure):
         max_iter: int = 60,
         tol: float = 1e-3,
         checkpoint_growth: float = 1.5,
+        max_growth: float = 4.0,
         hessian_rows: int = 4096,
         groups: int = 20,
         seed: int = 0,
@@ -114,6 +120,7 @@ class LogReg(Measure):
         self.max_iter = max_iter
         self.tol = tol
         self.checkpoint_growth = checkpoint_growth
+        self.max_growth = max_growth
         self.hessian_rows = hessian_rows
         self.groups = groups
         self.seed = seed
@@ -149,7 +156,7 @@ class LogReg(Measure):
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
         last = state.checks[-1].n_records if state.checks else 0
-        if state.n_records >= self.checkpoint_growth * last:
+        if state.n_records >= (state.growth or self.checkpoint_growth) * last:
             self._fit(state, self.steps_per_block)
         return state
 
@@ -157,7 +164,7 @@ class LogReg(Measure):
         out = LogRegState(
             X=a.X, Y=a.Y, fold=a.fold, key=a.key, W=(a.W + b.W) / 2,
             out_hyp=a.out_hyp, scorable=a.scorable, info=a.info, n_records=a.n_records,
-            gen=a.gen, damping=a.damping, group=a.group,
+            gen=a.gen, damping=a.damping, group=a.group, growth=a.growth,
         )  # fmt: skip
         _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows)
         out.n_records = a.n_records + b.n_records
@@ -168,6 +175,26 @@ class LogReg(Measure):
         if not state.checks:
             return self._scores(state, None, None)
         return self._scores(state, state.checks[-1], *error(state.checks, confidence))
+
+    def plan(self, state: LogRegState, current: MeasureResult, eps: float, open_) -> None:
+        """Space the next checkpoint by how far the open groups' F1 errors are from eps.
+
+        A group settles when its F1's error reaches eps; that error (a sampling
+        half-width, or a drift that shrinks faster) falls like ``1/sqrt(records)``, so the
+        records where the worst open group could settle are ``(err / eps)**2`` times
+        those read. A group without an error yet (its fit short of tolerance) keeps the
+        base growth.
+        """
+        groups = np.asarray(open_).any(0)
+        err = np.asarray(current.group_err)[0] if current.group_err is not None else None
+        if err is None or not groups.any():
+            return
+        worst = err[groups]
+        if np.isnan(worst).any():
+            state.growth = self.checkpoint_growth
+            return
+        need = float(np.max(worst) / eps) ** 2
+        state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
 
     def result(self, state: LogRegState, confidence: float = 0.95) -> MeasureResult:
         if len(state.X) == 0:
