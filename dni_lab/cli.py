@@ -31,11 +31,12 @@ def demo(args: argparse.Namespace) -> int:
     print(f"data: {len(records)} windows of 30 characters; hypotheses: {len(family.signals())} "
           "parse-tree signals (range, impulse per node type, depth)")  # fmt: skip
 
+    measures = _measures(args.measures, args.probe_rows)
     t1 = time.perf_counter()
     frame = dl.inspect(
         models=[model],
         hypotheses=[family],
-        measures=args.measures,
+        measures=measures,
         data=records,
         units=[("lstm", "*")],
         eps=args.eps,
@@ -43,9 +44,39 @@ def demo(args: argparse.Namespace) -> int:
     )
     print(f"inspection: {time.perf_counter() - t1:.1f} s, {frame.height} scores\n")
     _print_top(frame, args.top)
-    out = dl.export(frame, args.out, {"measures": args.measures, "eps": args.eps})
+    out = dl.export(
+        frame, args.out, {"measures": args.measures, "eps": args.eps, "probe_rows": args.probe_rows}
+    )
     print(f"\nscore frame written to {out}")
     return 0
+
+
+def _measures(names: list[str], probe_rows: int | None) -> list:
+    """The demo's measures; ``logreg`` on a uniform sample of ``probe_rows`` symbols if set.
+
+    A converged probe over 128 units and 157 hypotheses (785 fold models) on every one
+    of the demo's 450,000 symbols takes minutes on two cores; the demo says so and
+    fits a sample unless ``--probe-rows all`` asks for every symbol.
+    """
+    from dni_lab.backend.measures.logreg import LogReg
+
+    if "logreg" in names and probe_rows is not None:
+        print(f"logreg: fitted on a uniform sample of {probe_rows:,} symbols "
+              "(--probe-rows all: every symbol, minutes longer)")  # fmt: skip
+    return [LogReg(max_rows=probe_rows) if m == "logreg" else m for m in names]
+
+
+def _probe_rows(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        rows = int(text)
+    except ValueError:
+        msg = f"--probe-rows takes a count or 'all', not {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if rows < 1:
+        raise argparse.ArgumentTypeError(f"--probe-rows must be at least 1, not {rows}")
+    return rows
 
 
 def _progress_line(p: Progress) -> str:
@@ -103,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--queries", type=int, default=None, help="held-out queries to cut into windows")
     d.add_argument("--eps", type=float, default=0.025)
     d.add_argument("--measures", nargs="+", default=["corr", "logreg"])
+    d.add_argument(
+        "--probe-rows",
+        type=_probe_rows,
+        default=20_000,
+        help="symbols logreg fits (a uniform sample; 'all' for every symbol read)",
+    )
     d.add_argument("--top", type=int, default=3)
     d.add_argument("--out", type=Path, default=Path("dni_demo_scores.parquet"))
     args = parser.parse_args(argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 import dni_lab as dl
 from dni_lab.cli import main
@@ -19,3 +20,17 @@ def test_demo_quick_writes_scores(tmp_path, capsys):
     assert frame["hid"].str.starts_with("sql.").all()
     assert frame["unit_score"].drop_nulls().abs().max() > 0.3  # a trained model has structure
     assert dl.read_params(out)["measures"] == ["corr"]
+
+
+def test_demo_probe_rows_option(capsys):
+    """--probe-rows takes a count or 'all'; anything else is a one-line usage error."""
+    from dni_lab.cli import _measures
+
+    ms = _measures(["corr", "logreg"], 20_000)
+    assert ms[0] == "corr" and ms[1].max_rows == 20_000
+    assert "uniform sample of 20,000 symbols" in capsys.readouterr().out
+    assert _measures(["corr", "logreg"], None)[1].max_rows is None
+    for bad in ("many", "0"):
+        with pytest.raises(SystemExit):
+            main(["demo", "--quick", "--probe-rows", bad])
+        assert "--probe-rows" in capsys.readouterr().err

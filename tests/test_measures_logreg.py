@@ -199,3 +199,38 @@ def test_a_stop_inside_a_newton_step_ends_the_fit_at_the_next_check(monkeypatch)
         res = m.result(s)
     assert stop["at"] == 3 and calls["n"] <= 4  # at most the step's own trial point more
     assert np.isfinite(res.unit_score).all()  # the fit so far, not garbage
+
+
+def test_plan_spaces_checkpoints_by_the_open_groups_error():
+    """A fit that cannot settle an open group is skipped: checkpoints wait for the records
+    where the largest open group error would reach eps, within [growth, max_growth]."""
+    U, H, mask = planted(seed=3)
+    info = [HypothesisInfo(str(j), "binary") for j in range(H.shape[2])]
+    m = LogReg(checkpoint_growth=1.5, max_growth=4.0)
+    s = m.start(NU, H.shape[2], info=info)
+    step = 25
+    s = m.update(s, U[:step], H[:step], mask[:step])
+    assert [c.n_records for c in s.checks] == [25]
+    res = m.peek(s)
+    open_ = np.ones(res.unit_score.shape, dtype=bool)
+    err = np.full(H.shape[2], 0.2)
+    m.plan(s, _with_group_err(res, err), 0.05, open_)
+    assert s.growth == 4.0  # (0.2 / 0.05)**2 = 16, capped
+    for b in range(1, 5):  # 50 and 75 records: below 4 x 25, no fit; 100: a fit; 125: none
+        s = m.update(s, U[b * step : (b + 1) * step], H[b * step : (b + 1) * step],
+                     mask[b * step : (b + 1) * step])  # fmt: skip
+    assert [c.n_records for c in s.checks] == [25, 100]
+    m.plan(s, _with_group_err(m.peek(s), np.full(H.shape[2], 0.06)), 0.05, open_)
+    assert abs(s.growth - 1.5) < 1e-9  # (0.06 / 0.05)**2 = 1.44: the base growth
+    m.plan(s, _with_group_err(m.peek(s), np.full(H.shape[2], np.nan)), 0.05, open_)
+    assert s.growth == 1.5  # no error yet: the base growth
+    settled = np.zeros_like(open_)
+    s.growth = 3.0
+    m.plan(s, _with_group_err(m.peek(s), np.full(H.shape[2], 9.0)), 0.05, settled)
+    assert s.growth == 3.0  # nothing open: nothing to plan
+
+
+def _with_group_err(res, err):
+    import dataclasses
+
+    return dataclasses.replace(res, group_err=np.broadcast_to(err, res.unit_score.shape))

@@ -119,6 +119,7 @@ class MeasureState:
             self.settle_groups(res, eps)
         else:
             self.decide(res, TOP_K)
+        self.measure.plan(self.accumulator, res, eps, ~(self.converged | self.decided))
 
     def decide(self, current: MeasureResult, top_k: int) -> None:
         """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.

@@ -190,6 +190,15 @@ class Measure:
         """
         return self.result(state, confidence)
 
+    def plan(self, state: Any, current: MeasureResult, eps: float, open_: np.ndarray) -> None:
+        """Hear, after each convergence check, how far the open pairs are from ``eps``.
+
+        ``current`` is the :meth:`peek` the check read and ``open_`` marks the pairs
+        neither converged nor decided. A measure whose updates are costly (a probe's
+        refits) may use it to do its work where it can settle a pair; the default
+        ignores it.
+        """
+
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters (used in fingerprints and export metadata)."""
         return {k: v for k, v in vars(self).items() if not k.endswith("_")}

@@ -13,10 +13,11 @@ bottom-k of random keys, so two states merge into the sample their union would
 have drawn) and the current weights. ``update`` takes warm-started damped Newton
 steps (``_newton``) towards the optimum on what was read and, once the fit reached
 its tolerance, records a checkpoint: the F1 and coefficients with their sampling
-errors. ``peek`` reports the last checkpoint with the error of ``_probe_error``
-(sampling half-width and the drift since half the records), so a pair counts as
-converged only when its fitted scores are settled; ``result`` optimises to the
-tolerance on everything read.
+errors (the coefficient's from the fold jackknife and from a record-group infinitesimal
+jackknife, ``_probe_error.influence``). ``peek`` reports the last checkpoint with the
+error of ``_probe_error`` (sampling half-width and the drift since half the records), so
+a pair counts as converged only when its fitted scores are settled; ``result``
+optimises to the tolerance on everything read.
 """
 
 from __future__ import annotations
@@ -27,8 +28,15 @@ import numpy as np
 import torch
 
 from ._common import kind_reasons, new_reasons, set_reason
-from ._newton import Problem, initial_weights, newton
-from ._probe_error import Checkpoint, coef_and_se, confusion_by_group, error, f1_and_se
+from ._newton import Problem, hessians, initial_weights, newton
+from ._probe_error import (
+    Checkpoint,
+    coef_and_se,
+    confusion_by_group,
+    error,
+    f1_and_se,
+    influence,
+)
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
 
@@ -47,6 +55,7 @@ class LogRegState:
     gen: torch.Generator | None = None
     damping: torch.Tensor | None = None  # per-column Newton damping, carried across blocks
     group: torch.Tensor | None = None  # (n,) jackknife group of each row's record
+    growth: float | None = None  # records read before the next checkpoint, as a factor
 
 
 class LogReg(Measure):
@@ -56,8 +65,8 @@ class LogReg(Measure):
     ----------
     C : float
         Inverse regularisation strength, as in scikit-learn: the objective per
-        hypothesis and fold is ``||w||_1 + C * sum(logloss)`` (the absolute value
-        smoothed within 1e-3 of zero; coefficients below 2e-3 are reported as 0).
+        hypothesis and fold is ``||w||_1 + C * sum(logloss)``; coefficients the
+        penalty zeroes are exactly 0.
     folds : int
         Cross-validation folds (records, never split).
     max_rows : int or None
@@ -65,15 +74,20 @@ class LogReg(Measure):
         sample of that many symbols instead: faster, but the scores are then those of
         the sample (the frame's provenance records the parameter).
     steps_per_block, max_iter, tol : int, int, float
-        Newton steps a checkpoint's fit may take, and the final fit's; the relative
-        objective decrease per step below which a fit counts as converged (a fit that
-        stops short of it never counts as converged).
-    checkpoint_growth : float
-        A block triggers a fit (a checkpoint) once the records read have grown by this
+        Newton steps a checkpoint's fit may take, and the final fit's; the largest
+        change of a standardised coefficient that the last Newton step may propose in a
+        converged fit (the step is the solver's estimate of its distance to the
+        optimum; a fit that stops short of it never counts as converged).
+    checkpoint_growth, max_growth : float
+        A block triggers a fit (a checkpoint) once the records read have grown by a
         factor since the last one: fits cost a pass over every row read, so they come
-        at geometric steps and the whole run costs a few full fits.
+        at geometric steps and the whole run costs a few full fits. The factor is
+        ``checkpoint_growth`` until the run's convergence check reports the open pairs'
+        errors; then it is the growth at which the largest open group error would reach
+        eps if it shrinks like ``1/sqrt(records)``, between ``checkpoint_growth`` and
+        ``max_growth``: a fit that can settle nothing is skipped.
     hessian_rows : int
-        Rows of the data each Newton step builds its Hessians from.
+        Rows each Newton step builds its Hessians from (drawn by curvature).
     groups : int
         Record groups of the grouped jackknife of the F1's sampling error.
     seed : int
@@ -92,8 +106,9 @@ class LogReg(Measure):
         max_rows: int | None = None,
         steps_per_block: int = 60,
         max_iter: int = 60,
-        tol: float = 1e-4,
+        tol: float = 1e-3,
         checkpoint_growth: float = 1.5,
+        max_growth: float = 4.0,
         hessian_rows: int = 4096,
         groups: int = 20,
         seed: int = 0,
@@ -105,6 +120,7 @@ class LogReg(Measure):
         self.max_iter = max_iter
         self.tol = tol
         self.checkpoint_growth = checkpoint_growth
+        self.max_growth = max_growth
         self.hessian_rows = hessian_rows
         self.groups = groups
         self.seed = seed
@@ -140,7 +156,7 @@ class LogReg(Measure):
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
         last = state.checks[-1].n_records if state.checks else 0
-        if state.n_records >= self.checkpoint_growth * last:
+        if state.n_records >= (state.growth or self.checkpoint_growth) * last:
             self._fit(state, self.steps_per_block)
         return state
 
@@ -148,7 +164,7 @@ class LogReg(Measure):
         out = LogRegState(
             X=a.X, Y=a.Y, fold=a.fold, key=a.key, W=(a.W + b.W) / 2,
             out_hyp=a.out_hyp, scorable=a.scorable, info=a.info, n_records=a.n_records,
-            gen=a.gen, damping=a.damping, group=a.group,
+            gen=a.gen, damping=a.damping, group=a.group, growth=a.growth,
         )  # fmt: skip
         _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows)
         out.n_records = a.n_records + b.n_records
@@ -159,6 +175,26 @@ class LogReg(Measure):
         if not state.checks:
             return self._scores(state, None, None)
         return self._scores(state, state.checks[-1], *error(state.checks, confidence))
+
+    def plan(self, state: LogRegState, current: MeasureResult, eps: float, open_) -> None:
+        """Space the next checkpoint by how far the open groups' F1 errors are from eps.
+
+        A group settles when its F1's error reaches eps; that error (a sampling
+        half-width, or a drift that shrinks faster) falls like ``1/sqrt(records)``, so the
+        records where the worst open group could settle are ``(err / eps)**2`` times
+        those read. A group without an error yet (its fit short of tolerance) keeps the
+        base growth.
+        """
+        groups = np.asarray(open_).any(0)
+        err = np.asarray(current.group_err)[0] if current.group_err is not None else None
+        if err is None or not groups.any():
+            return
+        worst = err[groups]
+        if np.isnan(worst).any():
+            state.growth = self.checkpoint_growth
+            return
+        need = float(np.max(worst) / eps) ** 2
+        state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
 
     def result(self, state: LogRegState, confidence: float = 0.95) -> MeasureResult:
         if len(state.X) == 0:
@@ -195,9 +231,11 @@ class LogReg(Measure):
             w_row=(train / n_f).T.repeat_interleave(n_out, dim=0),
             lam=(1.0 / (self.C * n_f)).repeat_interleave(n_out),
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
+            col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
+            row_fold=state.fold,
         )
         W0 = initial_weights(problem) if cold else W0
-        return newton(problem, W0, steps, self.tol, self.hessian_rows, state.damping)
+        return newton(problem, W0, steps, self.tol, self.hessian_rows, state.damping), problem
 
     def _fit(self, state: LogRegState, steps: int) -> None:
         """Take up to ``steps`` Newton steps on every row read, then checkpoint the fit.
@@ -208,7 +246,7 @@ class LogReg(Measure):
         if len(state.out_hyp) == 0:
             return
         Xs = self._design(state)
-        fit = self._solve(state, Xs, state.W, steps, state.damping is None)
+        fit, problem = self._solve(state, Xs, state.W, steps, state.damping is None)
         state.W, state.damping = fit.W, fit.mu
         k, n_out, n_h = self.folds, len(state.out_hyp), len(state.scorable)
         rows = torch.arange(len(Xs), device=Xs.device)
@@ -216,13 +254,17 @@ class LogReg(Measure):
         pred = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows] > 0
         counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
-        coef, coef_se = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h)
+        H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
+                     torch.Generator().manual_seed(1))  # fmt: skip
+        delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
+                          state.group, self.groups)  # fmt: skip
+        coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h, delta)
         open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
         done = np.ones(n_h, dtype=bool)
         for j in np.unique(state.out_hyp[open_out]):
             done[j] = False
         state.checks.append(
-            Checkpoint(state.n_records, f1, f1_se, coef, coef_se, done, k, self.groups)
+            Checkpoint(state.n_records, f1, f1_se, coef, coef_se, done, k, self.groups, coef_ij)
         )
 
     def _scores(
