@@ -177,7 +177,7 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
             G[s : s + _CHUNK, g] = (Xs.transpose(1, 2) * wgt[s : s + _CHUNK, None, :]) @ Xs
     total = G.sum(1)
     out_of = p.col_fold[cols]
-    n_f = _rows(p.w_row, cols).gt(0).sum(1).clamp_min(1).to(Z.dtype)
+    n_f = on.sum(1).clamp_min(1)  # rows each column trains on
     return (total[pos] - G[pos, out_of]) / n_f[:, None, None]
 
 
