@@ -5,6 +5,8 @@ Import it after ``pytest.importorskip("transformers")``: it needs transformers.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 import transformers
@@ -52,3 +54,10 @@ def tiny_bert(records: list[str]):
         intermediate_size=64, max_position_embeddings=64,
     )  # fmt: skip
     return transformers.BertModel(cfg).eval(), tok
+
+
+def padded_tok(tok, side: str):
+    """A copy of ``tok`` that pads on ``side`` (the fixture's tokenizer stays as it was)."""
+    t = copy.deepcopy(tok)
+    t.padding_side = side
+    return t

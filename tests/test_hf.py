@@ -17,7 +17,7 @@ from dni_lab.backend.extraction.extract import on_device
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from hf_workload import corpus, keyword, tiny_bert, tiny_gpt2  # noqa: E402
+from hf_workload import corpus, keyword, padded_tok, tiny_bert, tiny_gpt2  # noqa: E402
 
 from dni_lab.backend.hf import AlignedFamily, HFModel  # noqa: E402
 
@@ -49,14 +49,6 @@ def roberta(bert):
     return transformers.RobertaModel(cfg).eval(), tok
 
 
-def _clone_tok(tok, side: str):
-    import copy
-
-    t = copy.deepcopy(tok)
-    t.padding_side = side
-    return t
-
-
 @dl.hypothesis(kind="continuous")
 def position(record: str) -> np.ndarray:
     return np.arange(len(record), dtype=float)
@@ -68,7 +60,7 @@ def test_left_and_right_padding_give_identical_scores(which, request):
     data = corpus(48, seed=3)  # lengths vary a lot inside a block: padding matters
     frames = []
     for side in ("right", "left"):
-        model = HFModel(module, _clone_tok(tok, side), name=which)
+        model = HFModel(module, padded_tok(tok, side), name=which)
         f = dl.inspect(model, [keyword, position], data=data, eps=None, block_size=16, cache=False)
         frames.append(f.sort("uid", "hid")["unit_score"].to_numpy())
     assert np.isfinite(frames[0]).sum() > 0.9 * len(frames[0])
@@ -87,7 +79,7 @@ def test_symbols_skip_special_tokens_and_keep_offsets(bert, gpt2):
 
 def test_behaviors_of_a_symbol_do_not_depend_on_batch_or_padding(gpt2):
     module, tok = gpt2
-    left = HFModel(module, _clone_tok(tok, "left"), name="g")
+    left = HFModel(module, padded_tok(tok, "left"), name="g")
     recs = ["select a from tab where x1 = 1", "a b"]
     outs = []
     for model, batch in ((left, recs), (left, recs[1:])):
@@ -285,7 +277,7 @@ def test_gradient_behavior_reads_symbols_not_positions(gpt2):
     data = corpus(12, seed=5)
     scores = []
     for side in ("right", "left"):
-        model = HFModel(module, _clone_tok(tok, side), name="g")
+        model = HFModel(module, padded_tok(tok, side), name="g")
         f = dl.inspect(
             model,
             [keyword],
@@ -304,7 +296,7 @@ def test_behavior_source_reads_tokens_and_aligned_signals(gpt2):
     from dni_lab.backend.extraction.behaviors import BehaviorSource
 
     module, tok = gpt2
-    gm = HFModel(module, _clone_tok(tok, "left"), name="gpt2")
+    gm = HFModel(module, padded_tok(tok, "left"), name="gpt2")
     recs = corpus(6, seed=9)
     src = BehaviorSource(gm, recs, [keyword])
     sel = {"mid": "gpt2", "layer": "transformer.h.1", "unit": 3}
@@ -370,7 +362,7 @@ def test_forcing_a_transformer_writes_each_symbol_and_leaves_padding(gpt2):
     from dni_lab.backend.verify.force import force_units
 
     module, tok = gpt2
-    model = HFModel(module, _clone_tok(tok, "left"), name="gpt2-left")
+    model = HFModel(module, padded_tok(tok, "left"), name="gpt2-left")
     data = ["select a from tab", "x1", "insert into tab values 1 = b"]
     n = [model.symbols(r) for r in data]
     pattern = torch.arange(len(data) * max(n) * 2, dtype=torch.float32).reshape(len(data), -1, 2)

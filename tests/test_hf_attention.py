@@ -14,7 +14,7 @@ from dni_lab.backend.errors import DNIError, LayerError
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from hf_workload import tiny_gpt2  # noqa: E402
+from hf_workload import padded_tok, tiny_gpt2  # noqa: E402
 
 from dni_lab.backend.hf import HFModel  # noqa: E402
 from dni_lab.backend.hf.attention import has_target  # noqa: E402
@@ -48,12 +48,8 @@ def hand_weights(module, tok, record: str, block: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_attention_to_the_previous_token_equals_eager_weights(gpt2, side):
-    import copy
-
     module, tok = gpt2
-    tok = copy.deepcopy(tok)
-    tok.padding_side = side
-    m = HFModel(module, tok, name="g")
+    m = HFModel(module, padded_tok(tok, side), name="g")
     (addr,) = m.attention_to(previous(m), blocks=[1])
     assert addr == "transformer.h.1.attn.to_previous_token"
     assert m.layer_widths(RECORDS[:2], "cpu")[addr] == 4

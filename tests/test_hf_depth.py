@@ -3,8 +3,6 @@ blocks <= k only, never the LM head; values equal a full forward pass's."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +12,7 @@ import dni_lab as dl
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from hf_workload import tiny_gpt2  # noqa: E402
+from hf_workload import padded_tok, tiny_gpt2  # noqa: E402
 
 from dni_lab.backend.hf import HFModel  # noqa: E402
 
@@ -88,9 +86,7 @@ def test_gathered_padding_slots_hold_zeros_and_real_ones_the_hidden_state(gpt2, 
     from dni_lab.backend.extraction.extract import _check_finite
 
     module, tok = gpt2
-    tok = copy.deepcopy(tok)
-    tok.padding_side = side
-    m = HFModel(module, tok, name="g")
+    m = HFModel(module, padded_tok(tok, side), name="g")
     recs = [RECORDS[6], RECORDS[0]]  # 8 words and 2
     with m.capture(["transformer.h.1"]) as store, torch.inference_mode():
         m.forward(m.encode(recs))

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import polars as pl
 import pytest
 import torch
@@ -16,6 +14,8 @@ from dni_lab.backend.extraction.extract import on_device
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
+
+from hf_workload import padded_tok  # noqa: E402
 
 from dni_lab.backend.hf import HFModel  # noqa: E402
 from hypotheses.workloads.hf_tokenizers import wordpiece  # noqa: E402
@@ -72,8 +72,7 @@ def by_hand(module, tok, record: str, address: str, decoder: bool) -> torch.Tens
 
 @pytest.mark.parametrize("arch,side", [("t5", "right"), ("t5", "left"), ("bart", "right")])
 def test_both_stacks_match_hand_hooks(tok, arch, side):
-    tok = copy.deepcopy(tok)
-    tok.padding_side = side  # the encoder's side; the decoder always pads right
+    tok = padded_tok(tok, side)  # the encoder's side; the decoder always pads right
     module = tiny_t5(tok) if arch == "t5" else tiny_bart(tok)
     blocks = ("encoder.block", "decoder.block") if arch == "t5" else (
         "encoder.layers", "decoder.layers")
