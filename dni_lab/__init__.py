@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
-from . import features
+from . import (
+    _threads,  # noqa: F401  (first: before torch loads OpenMP; see there)
+    features,
+)
 from ._version import __version__ as __version__  # re-exported
 from .backend import cluster as _cluster  # noqa: F401  (installs the engine's Ray runner)
 from .backend import examples, verify
