@@ -219,18 +219,26 @@ def _face_step(
     cutting the step and fits taking a hundred steps.
     """
     pinned = torch.zeros_like(free)
+    step = torch.empty_like(W)
+    todo = torch.arange(W.shape[1], device=W.device)  # columns whose pinned set changed
     for _ in range(rounds):
-        f = (free & ~pinned).T.to(H.dtype)  # (c, d)
-        d0 = torch.where(pinned, -W, 0.0)  # pinned slopes go exactly to zero
-        rhs = pg + torch.bmm(H, d0.T[:, :, None]).squeeze(2).T
+        every = len(todo) == W.shape[1]
+        Ht = H if every else H[todo]
+        Wt, pt = (W, pinned) if every else (W[:, todo], pinned[:, todo])
+        f = ((free if every else free[:, todo]) & ~pt).T.to(H.dtype)  # (c, d)
+        d0 = torch.where(pt, -Wt, 0.0)  # pinned slopes go exactly to zero
+        rhs = (pg if every else pg[:, todo]) + torch.bmm(Ht, d0.T[:, :, None]).squeeze(2).T
         # fixed coordinates get an identity row and a zero right-hand side
-        Hf = H * f[:, :, None] * f[:, None, :] + torch.diag_embed(1 - f)
+        Hf = Ht * (f[:, :, None] * f[:, None, :]) + torch.diag_embed(1 - f)
         L, _ = torch.linalg.cholesky_ex(Hf)
-        step = d0 - torch.cholesky_solve((rhs.T * f)[:, :, None], L).squeeze(2).T
-        cross = (W + step) * s < 0
-        if not bool((cross & ~pinned).any()):
+        st = d0 - torch.cholesky_solve((rhs.T * f)[:, :, None], L).squeeze(2).T
+        step[:, todo] = st
+        cross = (Wt + st) * (s if every else s[:, todo]) < 0
+        new = (cross & ~pt).any(0)
+        if not bool(new.any()):
             break
-        pinned |= cross
+        pinned[:, todo] = pt | cross
+        todo = todo[new]  # the others' solve would not change
     return torch.where(pinned, -W, step)
 
 
