@@ -22,6 +22,7 @@ from dni_lab.backend.engine.inspection import Inspection
 from dni_lab.backend.engine.params import InspectParams
 from dni_lab.backend.errors import HypothesisError
 from dni_lab.backend.measures.corr import Corr
+from dni_lab.backend.measures.logreg import LogReg
 
 ray = pytest.importorskip("ray")
 
@@ -87,18 +88,22 @@ def test_cluster_frame_equals_one_process_frame():
     assert np.abs(x - y).max() <= 1e-6
 
 
-@pytest.mark.parametrize("other", [None, "logreg", "diffmeans"])
+@pytest.mark.parametrize("other", [None, "logreg", "diffmeans", "sampled"])
 def test_early_stopping_decides_on_merged_states_as_one_process(other):
     corr = Corr(group_records=4, buckets=8)  # an error after 32 records, so it can stop
+    probe = other in ("logreg", "sampled")
     # logreg scores binary hypotheses only: a continuous one would keep it reading
-    hyps = [paren] if other == "logreg" else [paren, position]
-    measures = [corr] if other is None else [corr, other]
+    hyps = [paren] if probe else [paren, position]
+    extra = LogReg(max_rows=300) if other == "sampled" else other
+    measures = [corr] if other is None else [corr, extra]
     a, b, pa, pb = _both(hyps, measures, random_records(1500, seed=3), True, eps=0.05,
                          block_size=40, cache=False)  # fmt: skip
     # pairs froze early (the corr-only run stops reading early, too) ...
     assert (a["n_records"] < 1500).any() and a["converged"].any()
-    if other == "logreg":
+    if probe:
         assert (a.filter(pl.col("measure") == "logreg")["n_records"] < 1500).any()
+    if other == "sampled":  # its sample filled: the holder stopped it, the driver knows
+        assert "max_rows=300" in pa["measure_stops"]["logreg"]
     else:  # corr stops where it stops alone, though diffmeans reads every record
         assert a.filter(pl.col("measure") == "corr")["n_records"].max() < 1500
     assert_same_frame(a, b)  # ... at the same block, with the same scores and errors

@@ -111,3 +111,29 @@ def test_decided_pairs_are_outside_the_full_scans_top_k():
     decided = np.logical_or.reduce(ever_decided)
     assert decided.sum() >= 10, "too few pairs decided: the check below would test little"
     assert (R[decided] > 3).all(), np.argwhere(decided & (R <= 3))  # decided, yet in the top 3
+
+
+def test_a_full_probe_sample_stops_the_probe_and_says_why():
+    """With ``max_rows``, reading more only swaps rows of the probe's sample: once it is
+    full and fitted with an error estimate, the probe stops reading (corr reads on) and
+    its open pairs say why; without the option it reads on with corr."""
+    from dni_lab.backend.measures.logreg import LogReg
+
+    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
+    data, fam = list(range(6_000)), _hyp_family()
+    kw = {"units": [("", "*")], "eps": 0.004, "block_size": 256, "cache": False}
+    frame = dl.inspect([model], [fam], ["corr", LogReg(max_rows=4_000)], data, **kw)
+    probe, corr = (frame.filter(pl.col("measure") == m) for m in ("logreg", "corr"))
+    read = corr["n_records"].max()
+    stopped = probe["n_records"].max()
+    # 4,000 symbols fill after about 135 records (30 a record): fits at 256 and 512
+    # records, the second with the first as its half-way checkpoint, then the stop
+    assert stopped == 512 < read, (stopped, read)
+    left = probe.filter(~pl.col("converged") & pl.col("reason").str.contains("max_rows"))
+    assert left.height > 0 and left["n_records"].max() == 512
+    assert "is full: reading more would not shrink its error" in left["reason"][0]
+    stops = dl.provenance(frame)["measure_stops"]
+    assert stops["logreg"].startswith("stopped at 512 records: the probe's sample")
+    # every symbol (the default): the probe reads on as long as corr does
+    every = dl.inspect([model], [fam], ["corr", LogReg()], data[:1_500], **kw)
+    assert every.filter(pl.col("measure") == "logreg")["n_records"].min() == 1_500

@@ -136,7 +136,7 @@ class ProbeHolder:
                 continue
             s.check(*check)
             bits = settled(s)
-            key = bits[0].tobytes() + bits[1].tobytes() + bits[2].encode()
+            key = bits[0].tobytes() + bits[1].tobytes() + bits[2].encode() + repr(bits[3]).encode()
             if r.bits.get(i) != key:
                 r.bits[i] = key
                 out[i] = bits
@@ -222,7 +222,7 @@ class ProbeLink:
         changes = self._get(ref)
         self.received += nbytes(changes)
         for i, bits in (changes or {}).items():
-            apply_settled(insp.states[i], bits)
+            apply_settled(insp.states[i], bits, insp.params.eps)
 
     def _get(self, ref: Any) -> Any:
         """``ref``'s value, after raising the first error of an earlier update."""

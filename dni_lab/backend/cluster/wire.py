@@ -20,22 +20,29 @@ from ..engine.states import MeasureState
 from ..measures.base import MeasureResult
 
 #: What the driver is sent per state when its bits changed: converged and decided pairs,
-#: each bit-packed, and why the decided ones are decided.
-Bits = tuple[np.ndarray, np.ndarray, str]
+#: each bit-packed, why the decided ones are decided, and, for a state that stopped
+#: reading because more records cannot settle it, where it stopped and why.
+Bits = tuple[np.ndarray, np.ndarray, str, "tuple[int, str] | None"]
 
 
 def settled(state: MeasureState) -> Bits:
-    """``state``'s converged and decided pairs, a bit each, and its ``decided_why``."""
-    return np.packbits(state.converged), np.packbits(state.decided), state.decided_why
+    """``state``'s converged and decided pairs, a bit each, its ``decided_why`` and stop."""
+    stop = None
+    if state.saturated is not None and state.stopped_at is not None:
+        stop = (state.stopped_at, state.saturated)
+    return np.packbits(state.converged), np.packbits(state.decided), state.decided_why, stop
 
 
-def apply_settled(state: MeasureState, bits: Bits) -> None:
+def apply_settled(state: MeasureState, bits: Bits, eps: float | None = None) -> None:
     """Set the driver's copy of a held state to the holder's converged and decided pairs."""
-    conv, dec, why = bits
+    conv, dec, why, stop = bits
     shape, n = state.converged.shape, state.converged.size
     state.converged = np.unpackbits(conv, count=n).reshape(shape).astype(bool)
     state.decided = np.unpackbits(dec, count=n).reshape(shape).astype(bool)
     state.decided_why = why
+    if stop is not None and state.stopped_at is None:  # saturated on the holder
+        state.saturated = stop[1]
+        state.stop(eps, stop[0])
 
 
 def frozen_since(state: MeasureState, sent: np.ndarray) -> dict[str, Any] | None:

@@ -202,6 +202,9 @@ class Inspection:
             return {}
         why = {name: f"stopped early at {n:,} records (settled)" for name, n in stops.items()}
         for s in self.states:
+            if s.saturated is not None and s.stopped_at is not None:
+                why[s.measure.name] = f"stopped at {s.stopped_at:,} records: {s.saturated}"
+        for s in self.states:
             if not s.measure.has_error:
                 why[s.measure.name] = "no error estimate: cannot stop early, read on"
         return {"measure_stops": why}
@@ -524,8 +527,12 @@ def _units_block(parts: list[Any]) -> Any:
 
 
 def _few_open(states: list[MeasureState]) -> bool:
-    """At most LEAVE_OPEN of ``states``' pairs are neither converged nor decided."""
-    open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in states)
+    """At most LEAVE_OPEN of ``states``' pairs are neither converged nor decided.
+
+    A saturated state's open pairs count as settled: reading on cannot settle them.
+    """
+    open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in states
+                     if s.saturated is None)  # fmt: skip
     return open_pairs <= LEAVE_OPEN * sum(s.converged.size for s in states)
 
 

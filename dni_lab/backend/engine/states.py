@@ -68,6 +68,8 @@ class MeasureState:
     #: records read when this state stopped reading while others read on (its measure
     #: settled; another, without an error estimate, cannot stop early); None: reading
     stopped_at: int | None = field(default=None)
+    #: why reading more cannot settle the open pairs (``Measure.saturated``), if so
+    saturated: str | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.decided is None:
@@ -120,6 +122,10 @@ class MeasureState:
         else:
             self.decide(res, TOP_K)
         self.measure.plan(self.accumulator, res, eps, ~(self.converged | self.decided))
+        why = self.measure.saturated(self.accumulator)
+        if why is not None:  # reading on cannot settle the open pairs: stop here
+            self.saturated = why
+            self.stop(eps, records_read)
 
     def decide(self, current: MeasureResult, top_k: int) -> None:
         """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.
@@ -176,7 +182,10 @@ class MeasureState:
         why = np.full(self.converged.shape, None, dtype=object)
         why[self.decided] = self.decided_why
         rest = ~self.converged & ~self.decided
-        why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
+        if self.saturated is not None:
+            why[rest] = f"left open: {self.saturated}"
+        else:
+            why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
         self.open_reason = why
 
     def rows(

@@ -199,6 +199,16 @@ class Measure:
         ignores it.
         """
 
+    def saturated(self, state: Any) -> str | None:
+        """Why reading more records cannot settle this state's open pairs, or None.
+
+        Asked after each convergence check. A measure that scores a bounded sample
+        (a probe's ``max_rows``) stops gaining once the sample is full and its error
+        is estimated: its state then stops reading, its converged pairs stay, and the
+        open ones are left open with this reason. The default, None, reads on.
+        """
+        return None
+
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters (used in fingerprints and export metadata)."""
         return {k: v for k, v in vars(self).items() if not k.endswith("_")}

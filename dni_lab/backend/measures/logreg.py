@@ -185,6 +185,11 @@ class LogReg(Measure):
         those read. A group without an error yet (its fit short of tolerance) keeps the
         base growth.
         """
+        if self._full(state):
+            # more records only rotate the sample: fit once more where the last fit is
+            # the half-way checkpoint, then :meth:`saturated` stops the reading
+            state.growth = 2.0
+            return
         groups = np.asarray(open_).any(0)
         err = np.asarray(current.group_err)[0] if current.group_err is not None else None
         if err is None or not groups.any():
@@ -195,6 +200,28 @@ class LogReg(Measure):
             return
         need = float(np.max(worst) / eps) ** 2
         state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
+
+    def saturated(self, state: LogRegState) -> str | None:
+        """With ``max_rows``: the sample is full and fitted, with an error estimate.
+
+        The F1's and coefficients' errors are those of a sample of ``max_rows`` symbols;
+        reading more swaps rows in and out of the sample but does not shrink them, so
+        the probe stops reading and the pairs still open stay open, saying so.
+        """
+        if not self._full(state) or not state.checks:
+            return None
+        now = state.checks[-1]
+        if now.n_records != state.n_records:
+            return None  # the fit is not of the sample as it is now
+        if not any(2 * c.n_records <= now.n_records for c in state.checks[:-1]):
+            return None  # no half-way checkpoint yet: no error estimate
+        return (
+            f"the probe's sample of max_rows={self.max_rows:,} symbols is full: reading "
+            "more would not shrink its error (max_rows=None fits every symbol)"
+        )
+
+    def _full(self, state: LogRegState) -> bool:
+        return self.max_rows is not None and len(state.X) >= self.max_rows
 
     def result(self, state: LogRegState, confidence: float = 0.95) -> MeasureResult:
         if len(state.X) == 0:
