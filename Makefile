@@ -41,7 +41,7 @@ demo: $(STAMP)
 	$(VENV)/bin/dni-lab demo
 
 test: $(STAMP) saelens-env
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
 	$(PY) -m pytest -q --nbval-lax --sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
 lint: $(STAMP)

@@ -61,7 +61,8 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
     -------
     dict
         ``wall_s`` (start to exit), ``load_s`` (model trained or loaded),
-        ``inspection_s``, ``windows`` and ``records_read`` (from the score frame).
+        ``inspection_s``, ``windows``, ``records_read`` and ``probe_records_read`` (the
+        most any row, and any ``logreg`` row, read; from the score frame).
     """
     import polars as pl
 
@@ -77,7 +78,10 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"dni-lab demo failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-        read = int(pl.read_parquet(out)["n_records"].max())
+        frame = pl.read_parquet(out)
+        read = int(frame["n_records"].max())
+        probe = frame.filter(pl.col("measure") == "logreg")["n_records"]
+        probe_read = int(probe.max()) if probe.len() else None
     text = proc.stdout
 
     def number(pattern: str) -> float | None:
@@ -90,6 +94,7 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
         "inspection_s": number(r"inspection: ([\d.]+) s"),
         "windows": number(r"data: ([\d,]+) windows"),
         "records_read": read,
+        "probe_records_read": probe_read,  # where the probe's full sample stopped it
     }
 
 
@@ -129,11 +134,14 @@ def main(argv: list[str] | None = None) -> dict:
     res["alone_s"] = statistics.median(r["wall_s"] for r in alone)
     res["busy_s"] = statistics.median(r["wall_s"] for r in busy)
     res["busy_ratio"] = res["busy_s"] / res["alone_s"]
-    res["records_read"], res["windows"] = alone[0]["records_read"], alone[0]["windows"]
+    for key in ("records_read", "windows", "probe_records_read"):
+        res[key] = alone[0][key]
+    probe = res["probe_records_read"]
     print(f"dni-lab demo, model stored, cold hypothesis cache: {res['alone_s']:.1f} s alone "
           f"(target <= {TARGETS['alone_s']:.0f} s), {res['busy_s']:.1f} s beside {args.busy} "
           f"busy loops: {res['busy_ratio']:.2f}x (target <= {TARGETS['busy_ratio']}x); read "
-          f"{res['records_read']:,} of {res['windows']:,.0f} windows")  # fmt: skip
+          f"{res['records_read']:,} of {res['windows']:,.0f} windows"
+          + (f", the probe {probe:,}" if probe is not None else ""))  # fmt: skip
     if args.from_nothing:
         store = tempfile.mkdtemp(prefix="dni_models_")
         try:

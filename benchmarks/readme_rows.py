@@ -15,8 +15,10 @@ from benchmarks.readme_table import Row, Target, pct, secs, times
 
 
 def _demo(d: dict) -> tuple[str, str, str]:
+    probe = d.get("probe_records_read")
+    full = f"; its sample full, the probe stops at {probe:,}" if probe else ""
     return (f"{secs(d['alone_s'])} wall (reads {d['records_read']:,} of {d['windows']:,.0f} "
-            "windows)", "—", "—")  # fmt: skip
+            f"windows{full})", "—", "—")  # fmt: skip
 
 
 def _demo_busy(d: dict) -> tuple[str, str, str]:
