@@ -56,13 +56,14 @@ def _measures(names: list[str], probe_rows: int | None) -> list:
 
     A converged probe over 128 units and 157 hypotheses (785 fold models) on every one
     of the demo's 450,000 symbols takes minutes on two cores; the demo says so and
-    fits a sample unless ``--probe-rows all`` asks for every symbol.
+    fits a sample unless ``--probe-rows all`` asks for every symbol. Once the sample is
+    full and fitted with an error estimate, the probe stops reading (``LogReg.saturated``).
     """
     from dni_lab.backend.measures.logreg import LogReg
 
     if "logreg" in names and probe_rows is not None:
-        print(f"logreg: fitted on a uniform sample of {probe_rows:,} symbols "
-              "(--probe-rows all: every symbol, minutes longer)")  # fmt: skip
+        print(f"logreg: fitted on a uniform sample of {probe_rows:,} symbols, read until it is "
+              "full (--probe-rows all: every symbol, minutes longer)")  # fmt: skip
     return [LogReg(max_rows=probe_rows) if m == "logreg" else m for m in names]
 
 
