@@ -162,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         return [order[int(i)] for i in np.linspace(0, len(order) - 1, min(k, len(order)))]
 
     X, Y, fold = st.X.numpy(), st.Y.numpy(), st.fold.numpy()
-    pick = spread(args.sk_hyps)
-    sk = sklearn_probe_f1(X, Y[:, [col_of[j] for j in pick]], fold, C=measure.C, solver="liblinear")
-    res["sklearn"] = _baseline(sk, pick, f1, len(order))
+    if args.sk_hyps < 1:
+        res["sklearn"] = {"skipped": "scikit-learn not run (--sk-hyps 0)"}
+    else:
+        pick = spread(args.sk_hyps)
+        sk = sklearn_probe_f1(X, Y[:, [col_of[j] for j in pick]], fold, C=measure.C,
+                              solver="liblinear")  # fmt: skip
+        res["sklearn"] = _baseline(sk, pick, f1, len(order))
     try:
         if args.neurox_hyps < 1:
             raise ImportError("--neurox-hyps 0")

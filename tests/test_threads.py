@@ -26,5 +26,5 @@ def _run(env: dict[str, str]) -> str:
 
 def test_the_spin_count_is_set_before_torch_loads_and_a_users_own_value_stays():
     env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
-    assert _run(env) == "1000 True"
+    assert _run(env) == "10000 True"
     assert _run({**env, "GOMP_SPINCOUNT": "7"}) == "7 True"
