@@ -72,7 +72,9 @@ class LogReg(Measure):
     max_rows : int or None
         None (the default) trains on every symbol read. A number keeps a uniform
         sample of that many symbols instead: faster, but the scores are then those of
-        the sample (the frame's provenance records the parameter).
+        the sample (the frame's provenance records the parameter). With early stopping,
+        once the sample is full and fitted with an error estimate the probe stops
+        reading (:meth:`saturated`): more records would not shrink that error.
     steps_per_block, max_iter, tol : int, int, float
         Newton steps a checkpoint's fit may take, and the final fit's; the largest
         change of a standardised coefficient that the last Newton step may propose in a
