@@ -27,9 +27,7 @@ Bits = tuple[np.ndarray, np.ndarray, str, "tuple[int, str] | None"]
 
 def settled(state: MeasureState) -> Bits:
     """``state``'s converged and decided pairs, a bit each, its ``decided_why`` and stop."""
-    stop = None
-    if state.saturated is not None and state.stopped_at is not None:
-        stop = (state.stopped_at, state.saturated)
+    stop = None if state.saturated is None else (state.stopped_at, state.saturated)
     return np.packbits(state.converged), np.packbits(state.decided), state.decided_why, stop
 
 
@@ -41,8 +39,7 @@ def apply_settled(state: MeasureState, bits: Bits, eps: float | None = None) -> 
     state.decided = np.unpackbits(dec, count=n).reshape(shape).astype(bool)
     state.decided_why = why
     if stop is not None and state.stopped_at is None:  # saturated on the holder
-        state.saturated = stop[1]
-        state.stop(eps, stop[0])
+        state.stop(eps, *stop)
 
 
 def frozen_since(state: MeasureState, sent: np.ndarray) -> dict[str, Any] | None:

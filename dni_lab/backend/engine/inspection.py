@@ -197,13 +197,15 @@ class Inspection:
 
     def _measure_stops(self) -> dict[str, Any]:
         """Which measures stopped early while others, without an error estimate, read on."""
-        stops = {s.measure.name: s.stopped_at for s in self.states if s.stopped_at is not None}
-        if not stops:
-            return {}
-        why = {name: f"stopped early at {n:,} records (settled)" for name, n in stops.items()}
+        why: dict[str, str] = {}
         for s in self.states:
-            if s.saturated is not None and s.stopped_at is not None:
-                why[s.measure.name] = f"stopped at {s.stopped_at:,} records: {s.saturated}"
+            if s.stopped_at is None:
+                continue
+            at = f"{s.stopped_at:,} records"
+            why[s.measure.name] = (f"stopped early at {at} (settled)" if s.saturated is None
+                                   else f"stopped at {at}: {s.saturated}")  # fmt: skip
+        if not why:
+            return {}
         for s in self.states:
             if not s.measure.has_error:
                 why[s.measure.name] = "no error estimate: cannot stop early, read on"

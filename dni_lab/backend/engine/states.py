@@ -68,7 +68,8 @@ class MeasureState:
     #: records read when this state stopped reading while others read on (its measure
     #: settled; another, without an error estimate, cannot stop early); None: reading
     stopped_at: int | None = field(default=None)
-    #: why reading more cannot settle the open pairs (``Measure.saturated``), if so
+    #: why reading more cannot settle the open pairs (``Measure.saturated``), if that
+    #: is why the state stopped
     saturated: str | None = field(default=None)
 
     def __post_init__(self) -> None:
@@ -124,8 +125,7 @@ class MeasureState:
         self.measure.plan(self.accumulator, res, eps, ~(self.converged | self.decided))
         why = self.measure.saturated(self.accumulator)
         if why is not None:  # reading on cannot settle the open pairs: stop here
-            self.saturated = why
-            self.stop(eps, records_read)
+            self.stop(eps, records_read, why)
 
     def decide(self, current: MeasureResult, top_k: int) -> None:
         """Mark open pairs that cannot enter their hypothesis's ``top_k`` units.
@@ -166,13 +166,15 @@ class MeasureState:
             f"left open: the group's score settled, this unit's did not (error above eps={eps})"
         )
 
-    def stop(self, eps: float | None, records_read: int) -> None:
+    def stop(self, eps: float | None, records_read: int, saturated: str | None = None) -> None:
         """Stop reading here while the run reads on for other states.
 
         The state keeps what it holds now, as if reading had stopped for it alone: its
-        rows report ``records_read`` and its open pairs say why they were left open.
+        rows report ``records_read`` and its open pairs say why they were left open
+        (``saturated``: why more records could not settle them, if that is why).
         """
         self.stopped_at = records_read
+        self.saturated = saturated
         self.leave_open(eps)
 
     def leave_open(self, eps: float | None) -> None:

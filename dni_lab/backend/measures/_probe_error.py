@@ -152,6 +152,14 @@ def coef_and_se(
     return unit, unit_se, unit_ij
 
 
+def halfway(checks: list[Checkpoint]) -> Checkpoint | None:
+    """The last checkpoint at or before half the records of the latest one: what the
+    drift is measured against (None: no such checkpoint, so no error estimate yet)."""
+    now = checks[-1]
+    half = [c for c in checks[:-1] if 2 * c.n_records <= now.n_records]
+    return half[-1] if half else None
+
+
 def error(checks: list[Checkpoint], confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """How far the last checkpoint's scores may move: per row, and of the group F1 alone.
 
@@ -162,10 +170,9 @@ def error(checks: list[Checkpoint], confidence: float) -> tuple[np.ndarray, np.n
     """
     now = checks[-1]
     shape = now.coef.shape
-    half = [c for c in checks[:-1] if 2 * c.n_records <= now.n_records]
-    if not half:
+    then = halfway(checks)
+    if then is None:
         return np.full(shape, np.nan), np.full(shape[1], np.nan)
-    then = half[-1]
     q = 0.5 + confidence / 2
     with np.errstate(invalid="ignore"):
         f1_err = np.fmax(stdtrit(now.groups - 1, q) * now.f1_se, np.abs(now.f1 - then.f1))

@@ -35,6 +35,7 @@ from ._probe_error import (
     confusion_by_group,
     error,
     f1_and_se,
+    halfway,
     influence,
 )
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
@@ -215,8 +216,8 @@ class LogReg(Measure):
         now = state.checks[-1]
         if now.n_records != state.n_records:
             return None  # the fit is not of the sample as it is now
-        if not any(2 * c.n_records <= now.n_records for c in state.checks[:-1]):
-            return None  # no half-way checkpoint yet: no error estimate
+        if halfway(state.checks) is None:
+            return None  # no error estimate yet
         return (
             f"the probe's sample of max_rows={self.max_rows:,} symbols is full: reading "
             "more would not shrink its error (max_rows=None fits every symbol)"
