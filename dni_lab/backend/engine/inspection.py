@@ -229,6 +229,11 @@ class Inspection:
     # -- the loop ---------------------------------------------------------------
     def run(self, on_block: Callable[[Inspection], None] | None = None) -> pl.DataFrame:
         """Read blocks until every pair converged, the data ended, or a cancel."""
+        # The provenance's hashes need no data: computed (and remembered) before the first
+        # block, a model they cannot hash fails here, not after the whole read.
+        self._features_sha256()
+        for model in self.models:
+            weights_sha256(model.module)
         if self.params.cluster is not None:  # the same loop, blocks dealt to Ray workers
             if sharded_run is None:
                 raise DNIError(

@@ -174,13 +174,43 @@ _SHA256: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], str]] = (
 def _hash_weights(module: nn.Module) -> str:
     h = hashlib.sha256()
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        # name, shape and dtype first: equal bytes in another shape or dtype hash apart
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         if t.device.type == "meta":  # offloaded by accelerate: its value is elsewhere
             t = _offloaded(module, name)
             if t is None:
                 continue
-        h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(tensor_bytes(t))
     return h.hexdigest()
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """The bytes of any tensor a module can hold, in row-major order.
+
+    0-dim buffers (BatchNorm's ``num_batches_tracked``), transposed or otherwise strided
+    parameters (a last stride other than 1, which ``view(torch.uint8)`` refuses), sparse
+    and quantized tensors, conjugate and negative views, every dtype: the same values give
+    the same bytes however they are laid out in memory.
+    """
+    t = t.detach()
+    if t.layout != torch.strided:  # sparse: its dense values (a module's are small)
+        t = t.to_dense()
+    if t.is_quantized:  # the stored integers, then what they mean
+        scale = (t.q_per_channel_scales() if t.qscheme() in _PER_CHANNEL else t.q_scale())
+        zero = (t.q_per_channel_zero_points() if t.qscheme() in _PER_CHANNEL
+                else t.q_zero_point())  # fmt: skip
+        extra = f"{t.qscheme()}:{torch.as_tensor(scale).tolist()}:"
+        extra += f"{torch.as_tensor(zero).tolist()}"
+        return extra.encode() + tensor_bytes(t.int_repr())
+    t = t.to("cpu").resolve_conj().resolve_neg().contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes()
+
+
+_PER_CHANNEL = (
+    torch.per_channel_affine,
+    torch.per_channel_symmetric,
+    torch.per_channel_affine_float_qparams,
+)
 
 
 def _offloaded(module: nn.Module, name: str) -> torch.Tensor | None:
