@@ -56,7 +56,9 @@ def _hyp_family():
 
 
 def test_early_stopped_scores_within_eps_of_full_data():
-    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
     data = list(range(20_000))
     fam = _hyp_family()
     full = dl.inspect([model], [fam], ["corr"], data, units=[("", "*")], eps=None, block_size=1024)
@@ -88,7 +90,9 @@ def test_early_stopped_scores_within_eps_of_full_data():
 
 def test_decided_pairs_are_outside_the_full_scans_top_k():
     # A tight eps keeps pairs open after their errors appear, so decide() has work to do.
-    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
     data, fam, eps = list(range(12_000)), _hyp_family(), 0.006
     full = dl.inspect([model], [fam], ["corr"], data, units=[("", "*")], eps=None, block_size=1024)
     ever_decided: list[np.ndarray] = []  # pairs decided after any block, not only the last
@@ -119,7 +123,9 @@ def test_a_full_probe_sample_stops_the_probe_and_says_why():
     its open pairs say why; without the option it reads on with corr."""
     from dni_lab.backend.measures.logreg import LogReg
 
-    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
     data, fam = list(range(6_000)), _hyp_family()
     kw = {"units": [("", "*")], "eps": 0.004, "block_size": 256, "cache": False}
     frame = dl.inspect([model], [fam], ["corr", LogReg(max_rows=4_000)], data, **kw)

@@ -35,7 +35,7 @@ def test_padding_does_not_change_scores(records, hyps):
     torch.manual_seed(5)
     lm = CharLM()
     a = dl.Model(lm, encode=encode_chars, name="a")
-    b = dl.Model(lm, encode=lambda r: encode_chars(r, pad_to=40), name="b")
+    b = dl.Model(lm, encode=lambda r: encode_chars(r, pad_to=40), name="b", padded=True)
     fa = dl.inspect([a], hyps, ["corr"], records, units=[("lstm.l0", "*")], eps=None, block_size=7)
     fb = dl.inspect([b], hyps, ["corr"], records, units=[("lstm.l0", "*")], eps=None, block_size=64)
     np.testing.assert_allclose(fa["unit_score"].to_numpy(), fb["unit_score"].to_numpy(), atol=1e-5)
@@ -292,7 +292,9 @@ def test_converged_hypotheses_stop_being_evaluated():
         calls["weak"] += 1
         return _signals(seed)[1]
 
-    model = dl.Model(Replay(), encode=encode, symbols=lambda s: 20, name="replay")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=encode, symbols=lambda s: 20, name="replay")
     f = dl.inspect([model], [strong, weak], ["corr"], range(20_000), units=[("", "*")],
                    eps=0.005, block_size=256, cache=False)  # fmt: skip
     n = dict(zip(f["hid"], f["n_records"], strict=True))
@@ -316,7 +318,9 @@ def test_joint_measure_scores_each_unit_group(char_model, records, hyps):
 
 
 def test_constant_hypothesis_does_not_block_early_stopping():
-    model = dl.Model(Replay(), encode=lambda seeds: torch.tensor(
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=lambda seeds: torch.tensor(
         np.stack([_signals(x)[0] for x in seeds]), dtype=torch.float32)[..., None],
         symbols=lambda s: 20, name="replay")  # fmt: skip
 
@@ -370,7 +374,9 @@ def test_nan_behavior_names_the_record_position_in_the_data():
                 x[i, 2, 1] = float("nan")
         return x
 
-    model = dl.Model(Replay(), encode=encode, symbols=lambda r: 4, name="nan-at-37")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=encode, symbols=lambda r: 4, name="nan-at-37")
     hyp = dl.hypothesis(lambda r: [float(r % 3 == 0), 0.0, 1.0, 0.5], name="h")
     with pytest.raises(dl.BehaviorError, match="record 37 of the data"):
         dl.inspect([model], [hyp], ["corr"], list(range(64)), units=[("", "*")], block_size=16)

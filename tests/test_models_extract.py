@@ -179,7 +179,9 @@ class Bridged(nn.Module):
 
 def test_a_module_under_several_names_is_listed_once_and_aliases_resolve():
     torch.manual_seed(5)
-    model = dl.Model(Bridged(), encode=encode_chars, name="bridged")
+    # a bare Identity fed by functional code: its axes are declared, not read off a shape
+    model = dl.Model(Bridged(), encode=encode_chars, name="bridged",
+                     layouts={"blocks.1.hook_out": "n s u"})
     assert "blocks.1.hook_out" in model.layers
     assert not any(n.endswith("_original_component.hook_out") for n in model.layers)
     assert len(model.layers) == len({id(model._module(n)) for n in model.layers})

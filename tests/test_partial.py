@@ -102,7 +102,9 @@ def test_a_cancelled_run_is_partial_and_says_so_once(model, data, hyps):
 def test_a_stopped_run_keeps_its_converged_pairs_and_marks_the_rest():
     from test_early_stopping import Replay, _encode, _hyp_family, _record
 
-    model = dl.Model(Replay(), encode=_encode, symbols=lambda s: len(_record(s)[0]), name="rp")
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=_encode, symbols=lambda s: len(_record(s)[0]), name="rp")
     first = {}
 
     def stop_a_block_after_the_first_convergence(run):

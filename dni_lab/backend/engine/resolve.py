@@ -223,6 +223,10 @@ def resolve_units(
     ModelUnits
         The union of the groups' units in extraction order, and the groups.
     """
+    for spec in groups_spec:  # names first: a computed address exists once named (hf.computed)
+        for layer, _sel in spec:
+            if not is_feature_set(layer):
+                model.resolve_layer(layer)
     widths = model.layer_widths(list(sample[:2]), device)
     offsets: dict[str, int] = {}
     total = 0
@@ -255,6 +259,7 @@ def resolve_units(
                 width = layer.d_sae
             else:
                 addr = model.resolve_layer(layer)
+                model.check_readable(addr)  # several readings: say so before any data
                 if addr not in widths:
                     raise LayerError(
                         f"layer {addr!r} of model {model.name!r} produced no tensor in a probe "

@@ -55,21 +55,28 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 @contextlib.contextmanager
 def on_device(model: Model, device: torch.device):
-    """Hold the module on ``device`` in eval mode; restore its mode (and home) on exit.
+    """Hold the module on ``device`` in eval mode; restore every submodule's mode and home.
+
+    Each submodule's own ``training`` flag is saved and put back, so a wrapper in train
+    mode around an eval-mode network leaves as it came (``module.train(flag)`` on the
+    top module would set every submodule to the top's flag).
 
     A module already on ``device``, placed on an accelerator of its kind, or spread over devices
     (Hugging Face's ``hf_device_map``) is left where it is: moving weights costs a
     round trip per call, and a placed model's owner chose its place.
     """
     mod = model.module
-    was_training = mod.training
+    modes = [(m, m.training) for m in mod.modules()]
     tensors = list(mod.parameters()) + list(mod.buffers())
     home = tensors[0].device if tensors else torch.device(device)
     target = torch.device(device)
     on_accelerator = home.type == target.type and home.type not in ("cpu", "meta")
     placed = getattr(mod, "hf_device_map", None) is not None or on_accelerator
     placed = placed or not getattr(model, "movable", True)  # it sends inputs to its own device
-    move = not placed and any(t.device != target for t in tensors)
+    # a model spread over devices by its owner stays where it is: moving it home again
+    # would gather every tensor on the first one's device
+    spread = any(t.device != home for t in tensors)
+    move = not placed and not spread and home != target
     if move:
         mod.to(device)
     mod.eval()
@@ -78,7 +85,8 @@ def on_device(model: Model, device: torch.device):
     finally:
         if move:
             mod.to(home)
-        mod.train(was_training)
+        for m, flag in modes:
+            m.training = flag  # the attribute itself: train() would recurse into children
 
 
 def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:
@@ -227,6 +235,10 @@ class Extractor:
     def _extract(
         self, records: list[Any], mask: torch.Tensor, first: int, rows: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
+        if self.model.reads_layouts and not self.model.has_widths:
+            # layouts come from the probe pass (data flow through every module): run it
+            # once, before this block's hooks go on
+            self.model.layer_widths(records[:2], self.device)
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
         with ctx:
@@ -276,9 +288,9 @@ class Extractor:
             t = self._replay(addr, *raw[1:])
         else:
             t = raw
-            mod = self.model._module(addr)
-            if isinstance(mod, nn.RNNBase) and not mod.batch_first and t.dim() == 3:
-                t = t.transpose(0, 1)
+        if self.model.reads_layouts:
+            counts = [int(self.model.symbols(r)) for r in records]
+            return self.model.symbol_view(addr, t, records, T, counts)
         return _as_symbols(t, records, T, addr, self.model)
 
     def _replay(self, addr: str, mod: nn.RNNBase, x: torch.Tensor, hx: Any) -> torch.Tensor:

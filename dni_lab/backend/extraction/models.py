@@ -22,6 +22,16 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from .behavior_memo import BehaviorMemo
+from .layouts import (
+    Layout,
+    Seen,
+    as_layout,
+    first_input,
+    first_tensor,
+    hook_point_layout,
+    infer_layouts,
+    kind_layout,
+)
 from .module_names import alias_target, layer_modules, layer_names, residual_hooks
 
 #: Addresses an unknown-layer error lists before it points to ``model.addresses``.
@@ -70,6 +80,20 @@ class Model:
         an input pixel; if False the map must already have the input's size.
     meta : mapping, optional
         Metadata shown in the catalog (epoch, architecture, trained, ...).
+    layouts : mapping, optional
+        ``{address: layout}``: how an address's output maps onto (records, symbols,
+        units), as a spec string (``"n u s"`` for a ``Conv1d``-like output) or a
+        :class:`~.layouts.Layout` (``Layout("n u r s", reduce="mean")``). Needed only
+        where a module's kind and the data flow leave more than one reading: naming
+        such an address raises a :class:`LayerError` that lists the readings.
+    prefix : int
+        Leading positions of every sequence output that are no symbol (a BOS token):
+        dropped when read, left alone when units are forced.
+    padded : bool
+        ``encode()`` pads sequences past the block's longest record (to a fixed
+        length): trailing positions past a record's symbols are padding. Without it,
+        a symbol axis longer than the block's longest record is an error, since its
+        positions would not be symbols.
 
     Examples
     --------
@@ -87,9 +111,19 @@ class Model:
         symbols: Callable[[Any], int] | None = None,
         resize: bool = True,
         meta: Mapping[str, Any] | None = None,
+        layouts: Mapping[str, str | Layout] | None = None,
+        prefix: int = 0,
+        padded: bool = False,
     ) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"Model needs an nn.Module, got {type(module).__name__}.")
+        if isinstance(module, torch.jit.ScriptModule):
+            raise DNIError(
+                f"{type(module).__name__} is a TorchScript module: forward hooks cannot be "
+                "installed on it, so no unit can be read. Load the eager (Python) model instead."
+            )
+        if not isinstance(prefix, (int, np.integer)) or isinstance(prefix, bool) or prefix < 0:
+            raise DNIError(f"prefix={prefix!r}: pass the number of leading non-symbol positions.")
         self.module = module
         self.encode = encode if encode is not None else _default_encode
         self.name = name or f"model{next(_ids)}"
@@ -97,6 +131,12 @@ class Model:
         self.resize = resize
         self.meta = dict(meta or {})
         self._widths: dict[str, int] = {}  # filled once by layer_widths' probe pass
+        self.layouts = {a: as_layout(v, f"layout of {a!r}") for a, v in (layouts or {}).items()}
+        self.prefix = int(prefix)
+        self.padded = bool(padded)
+        self._probed = False
+        self._read: dict[str, Layout] = {}  # every probed address's layout (declared or ruled)
+        self._unreadable: dict[str, str] = {}  # addresses with several readings: the error
         self.behavior_memo = BehaviorMemo()  # recent blocks' behaviors, for repeated queries
 
     @classmethod
@@ -199,7 +239,7 @@ class Model:
     @property
     def has_widths(self) -> bool:
         """Whether :meth:`layer_widths` already ran its probe pass."""
-        return bool(self._widths)
+        return bool(self._widths) or self._probed
 
     def layer_widths(self, sample: Sequence[Any], device: torch.device | str) -> dict[str, int]:
         """Width (number of units) of every address, cached on the model.
@@ -220,8 +260,9 @@ class Model:
         dict[str, int]
             ``{address: width}`` for every address with a tensor output.
         """
-        if not self._widths:
+        if not self.has_widths:
             self._widths = self._probe_widths(list(sample), torch.device(device))
+            self._probed = True
         return dict(self._widths)
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
@@ -230,8 +271,23 @@ class Model:
                 f"model {self.name!r}: measuring layer widths needs at least one record; "
                 "pass a non-empty sample of records the model accepts."
             )
-        with torch.inference_mode(), self.capture(self.layers) as store:
+        if not self.reads_layouts:
+            return self._probe_gathered(sample, device)
+        modules = self._probed_modules()
+        seen: dict[str, Seen] = {}
+        with torch.inference_mode(), contextlib.ExitStack() as stack:
+            for addr, mod in modules.items():
+                hook = _see(seen, addr, self.layouts.get(addr))
+                stack.callback(mod.register_forward_hook(hook, with_kwargs=True).remove)
             self.forward(to_device(self.encode(sample), device))
+        unknown = sorted(set(self.layouts) - set(self.addresses) - set(modules))
+        if unknown:
+            raise LayerError(
+                f"model {self.name!r}: layouts= names {unknown[0]!r}, which is no address of "
+                f"the model.{did_you_mean(unknown[0], self.addresses)}"
+            )
+        found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name)
+        self._read, self._unreadable = found.layouts, found.errors
         widths: dict[str, int] = {}
         for addr in self.addresses:
             base, k, cell = self.split_address(addr)
@@ -239,10 +295,122 @@ class Model:
                 # a replayed recurrent sub-layer: its width follows from the module
                 mod = self._module(base)
                 widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
+                self._read[addr] = Layout("n s u")  # replays come back batch first
+            elif addr in self._read and addr in seen:
+                widths[addr] = self._read[addr].width(seen[addr].out.shape)
+        return widths
+
+    def _probe_gathered(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        """Widths where captured outputs already come back per symbol (a subclass's store)."""
+        with torch.inference_mode(), self.capture(self.layers) as store:
+            self.forward(to_device(self.encode(sample), device))
+        widths: dict[str, int] = {}
+        for addr in self.addresses:
+            base, k, cell = self.split_address(addr)
+            if k is not None:
+                mod = self._module(base)
+                widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
             elif addr in store:
                 t = store[addr]
                 widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
         return widths
+
+    def _probed_modules(self) -> dict[str, nn.Module]:
+        """Every module the probe pass watches: the layers, and Sequentials (data flow)."""
+        out = dict(layer_modules(self.module))
+        known = {id(m) for m in out.values()}
+        for name, mod in self.module.named_modules():
+            if id(mod) not in known and not isinstance(mod, (nn.ModuleList, nn.ModuleDict)):
+                out[name] = mod
+                known.add(id(mod))
+        return out
+
+    # -- reading ----------------------------------------------------------------
+    #: Whether outputs are read through layouts; a subclass whose capture already
+    #: returns ``(records, symbols, units)`` (Hugging Face models) sets it False.
+    reads_layouts = True
+
+    def own_layout(self, address: str, module: nn.Module, ndim: int) -> str | None:
+        """A layout this model fixes for an address beyond its module kind (None: no rule).
+
+        A TransformerLens model's hook points are read by their names' meanings.
+        """
+        return hook_point_layout(self.module, address, module, ndim)
+
+    def static_layout(self, address: str, ndim: int) -> Layout | None:
+        """The layout a declaration, the model's rule or the module kind fixes (no probe)."""
+        if address in self.layouts:
+            return self.layouts[address]
+        mod = self._module(address)
+        spec = self.own_layout(address, mod, ndim) or kind_layout(mod, ndim)
+        return Layout(spec) if spec else None
+
+    def layout(self, address: str) -> Layout:
+        """The layout ``address`` is read with; a :class:`LayerError` if it has several readings.
+
+        Needs the probe pass (:meth:`layer_widths`) to have run.
+        """
+        if address in self._unreadable:
+            raise LayerError(self._unreadable[address])
+        found = self._read.get(address)
+        if found is None:
+            raise LayerError(
+                f"layer {address!r} of model {self.name!r} produced no tensor in a probe pass; "
+                "pick a layer that the module calls."
+            )
+        if self.prefix and found.axes.count("s") != 1:
+            raise LayerError(
+                f"model {self.name!r} drops prefix={self.prefix} leading positions, but layer "
+                f"{address!r} is read with layout {found}, which has no single symbol axis; "
+                "declare its layout or read a sequence layer."
+            )
+        return found
+
+    def check_readable(self, address: str) -> None:
+        """Raise the layout error of an address with several readings (before any data)."""
+        if self.reads_layouts and self.has_widths:
+            self.layout(address)
+
+    def symbol_view(
+        self, address: str, t: torch.Tensor, records: list[Any], T: int, counts: list[int]
+    ) -> torch.Tensor:
+        """A captured output as ``(records, T, units)``, position ``t`` = symbol ``t``."""
+        layout = self.layout(address)
+        where = f"layer {address!r} of model {self.name!r}"
+        x = layout.view(t, counts, self._image_hw(layout, t, records, address), where)
+        if x.shape[0] != len(records):
+            raise LayerError(
+                f"{where} is read with layout {layout} as {x.shape[0]} records, but the "
+                f"block has {len(records)}; declare the layout (Model(layouts=...)) that puts "
+                "the records on the axis 'n'."
+            )
+        x = x[:, self.prefix:] if self.prefix else x
+        if x.shape[1] != T and not (self.padded and x.shape[1] > T):
+            extra = f" after dropping prefix={self.prefix}" if self.prefix else ""
+            raise LayerError(
+                f"{where} has {x.shape[1]} symbol positions{extra} (layout {layout}), but the "
+                f"block's longest record has {T} symbols; make encode() emit one position per "
+                "symbol, pass Model(symbols=fn), prefix= for leading tokens, padded=True when "
+                "encode() pads past the longest record, or a layout that reduces the extra "
+                "axis ('r' with reduce=)."
+            )
+        return x[:, :T]
+
+    def _image_hw(self, layout: Layout, t: torch.Tensor, records: list[Any], address: str):
+        """The image size a 2-D map is resized to, or None when it is read as it is."""
+        if layout.axes.count("s") != 2:
+            return None
+        shape = getattr(records[0], "shape", None)
+        if shape is None or len(shape) < 2:
+            return None  # the map's own pixels are the symbols
+        hw = (int(shape[-2]), int(shape[-1]))
+        s_sizes = tuple(int(n) for a, n in zip(layout.axes, t.shape, strict=True) if a == "s")
+        if s_sizes != hw and not self.resize:
+            raise LayerError(
+                f"layer {address!r} outputs maps of {s_sizes}, the input is {hw}; use "
+                "Model(..., resize=True) to resize maps to the input."
+            )
+        return hw
 
     # -- running ----------------------------------------------------------------
     def forward(self, batch: Any) -> Any:
@@ -268,7 +436,8 @@ class Model:
             for addr in addresses:
                 base, k, _cell = self.split_address(addr)
                 if k is None and addr in layers:
-                    handles.append(self._module(addr).register_forward_hook(_keep(store, addr)))
+                    keep = _keep(store, addr, self.layouts.get(addr))
+                    handles.append(self._module(addr).register_forward_hook(keep))
                 else:
                     mod = self._module(base)
                     handles.append(mod.register_forward_hook(_keep_rnn(store, addr, mod)))
@@ -293,18 +462,30 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 def _first_tensor(out: Any) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and out:
-        return _first_tensor(out[0])
-    if isinstance(out, Mapping) and out:
-        return _first_tensor(next(iter(out.values())))
-    raise TypeError(f"module output of type {type(out).__name__} holds no tensor")
+    return first_tensor(out)
 
 
-def _keep(store: dict, addr: str) -> Callable:
+def _keep(store: dict, addr: str, layout: Layout | None = None) -> Callable:
+    where = f"layer {addr!r}"
+
     def hook(_mod, _inp, out):
-        store[addr] = _first_tensor(out)
+        store[addr] = layout.select(out, where) if layout is not None else first_tensor(out, where)
+
+    return hook
+
+
+def _see(seen: dict, addr: str, layout: Layout | None) -> Callable:
+    """A probe hook: what the module returned (the tensor read) and was given."""
+    where = f"layer {addr!r}"
+
+    def hook(_mod, args, kwargs, out):
+        try:
+            t = layout.select(out, where) if layout is not None else first_tensor(out, where)
+        except LayerError:
+            if layout is not None:
+                raise
+            return  # no tensor output: not a readable address
+        seen[addr] = Seen(t, first_input(args, kwargs))
 
     return hook
 

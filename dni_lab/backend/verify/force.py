@@ -15,6 +15,7 @@ on exit, also on error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import LayerError
+from ..extraction.layouts import first_tensor
 from ..extraction.models import Model
 from ..hf.names import reads_input
 
@@ -72,6 +74,8 @@ def force_units(
         if isinstance(mod, nn.RNNBase):
             layer = mod.num_layers - 1 if k is None else k
             hook = _recurrent_hook(layer, idx, values)
+        elif model.reads_layouts:
+            hook = _layout_hook(model, addr, idx, values)
         else:
             hook = _output_hook(idx, values, slots)
         handle = mod.register_forward_hook(hook, with_kwargs=True)
@@ -141,6 +145,52 @@ def _output_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=N
         return t
 
     return hook
+
+
+def _layout_hook(model: Model, addr: str, idx: torch.Tensor, values: float | torch.Tensor):
+    """Force units on exactly the axes the address is read on (its :class:`Layout`)."""
+    layout = model.layout(addr) if model.has_widths else None
+    where = f"layer {addr!r} of model {model.name!r}"
+    if layout is not None and "f" in layout.axes and torch.as_tensor(values).dim() != 0:
+        raise LayerError(f"{where}: frames as symbols take constant forced values only.")
+
+    def hook(_mod, _args, _kwargs, out):
+        nonlocal layout
+        if layout is None:  # no probe pass yet: only what is declared or fixed by the kind
+            t = model.layouts[addr].select(out, where) if addr in model.layouts else \
+                first_tensor(out, where)
+            layout = model.static_layout(addr, t.dim())
+            if layout is None:
+                raise LayerError(
+                    f"{where}: its layout comes from the probe pass; resolve the units "
+                    "first (dl.inspect, or model.layer_widths(records, device))."
+                )
+        t = layout.select(out, where)
+        forced = layout.write(t, idx, values, None, where, model.prefix)
+        return replace_output(out, t, forced)
+
+    return hook
+
+
+def replace_output(out: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
+    """``out`` with the tensor ``old`` (one of its items) replaced by ``new``."""
+    if out is old:
+        return new
+    if isinstance(out, (tuple, list)):
+        return type(out)(replace_output(o, old, new) for o in out)
+    if isinstance(out, dict):
+        fixed = dict(out)
+        for key, value in out.items():
+            fixed[key] = replace_output(value, old, new)
+        try:
+            return type(out)(fixed)
+        except (TypeError, ValueError):
+            return fixed
+    fields = getattr(out, "__dataclass_fields__", None)
+    if fields:
+        changes = {f: new for f in fields if getattr(out, f, None) is old}
+        return dataclasses.replace(out, **changes) if changes else out
+    return out
 
 
 def _input_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=None):

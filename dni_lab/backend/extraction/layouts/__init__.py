@@ -1,0 +1,26 @@
+"""Layouts: how a module's output maps onto (records, symbols, units), declared or unambiguous.
+
+:mod:`.spec` holds :class:`Layout` (one letter per axis, reading a view and writing
+forced values back into the same axes); :mod:`.kinds` the layouts that module kinds
+fix; :mod:`.infer` the rules that give every other address a layout or an error that
+lists its readings.
+"""
+
+from .hook_points import hook_point_layout
+from .infer import Inferred, Seen, first_input, infer_layouts
+from .kinds import kind_layout, readings
+from .spec import Layout, as_layout, describe_output, first_tensor
+
+__all__ = [
+    "Inferred",
+    "Layout",
+    "Seen",
+    "as_layout",
+    "describe_output",
+    "first_input",
+    "first_tensor",
+    "hook_point_layout",
+    "infer_layouts",
+    "kind_layout",
+    "readings",
+]
