@@ -38,6 +38,7 @@ from .common import (
     symbols_of,
 )
 from .force import force_units
+from .vacuous import check_layer_feeds, one_set_reason, possible_sets, warn_one_set
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
     from typing_extensions import Unpack
@@ -176,6 +177,7 @@ def _compare(
         if ks[0] < 1 or ks[-1] > len(ranked):
             raise DNIError(f"k must lie in 1..{len(ranked)} (the number of ranked units).")
         evaluate = evaluate or next_symbol_accuracy(model)
+        check_layer_feeds(model, addr, width, records, dev)  # a tap: nothing to verify
         base = _score(model, records, addr, None, 0.0, evaluate, dev, batch_size)
         rows = []
         for k in ks:
@@ -200,12 +202,18 @@ def _compare(
                     )
                 )
     frame = pl.DataFrame(rows).with_columns(baseline=pl.lit(base), drop=base - pl.col("score"))
-    per_k = []
+    per_k, void = [], {}
     for k in ks:
         sub = frame.filter(pl.col("k") == k)
         top = float(sub.filter(pl.col("set") == "top")["score"][0])
         rand = sub.filter(pl.col("set") == "random")["score"].to_numpy()
-        per_k.append(compare_sets(k, top, rand, greater=False))
+        out = k if draws.exclude else 0
+        why = one_set_reason(width, k, out, draws.n_random)
+        if why:
+            void[k] = why
+        possible = possible_sets(width, k, out)
+        per_k.append(compare_sets(k, top, rand, greater=False, possible=possible, reason=why))
+    warn_one_set(addr, void)
     summary = {
         "layer": addr,
         "units": ranked.tolist(),

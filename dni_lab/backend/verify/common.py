@@ -142,11 +142,20 @@ def empirical_p(value: float, null: np.ndarray, greater: bool = True) -> float:
     return float((1 + hits.sum()) / (null.size + 1))
 
 
-def compare_sets(k: int, top: float, random: Sequence[float], greater: bool) -> dict[str, Any]:
+def compare_sets(
+    k: int,
+    top: float,
+    random: Sequence[float],
+    greater: bool,
+    possible: int | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
     """One ``per_k`` summary row: the top set's score against its random sets' scores.
 
     ``greater`` says which direction counts as extreme for the empirical p-value
-    (a higher firing rate; a lower accuracy after ablation).
+    (a higher firing rate; a lower accuracy after ablation). ``possible`` is how many
+    distinct random sets the draw could give; ``reason`` says why the p-value is void
+    (:func:`~.vacuous.one_set_reason`), and nulls it.
     """
     rand = np.asarray(random, dtype=float)
     rand = rand[np.isfinite(rand)]
@@ -155,5 +164,7 @@ def compare_sets(k: int, top: float, random: Sequence[float], greater: bool) -> 
         "top": top,
         "random_mean": float(rand.mean()) if rand.size else None,
         "random_std": float(rand.std()) if rand.size else None,
-        "p_value": empirical_p(top, rand, greater),
+        "p_value": None if reason else empirical_p(top, rand, greater),
+        "possible_sets": possible,
+        "reason": reason,
     }

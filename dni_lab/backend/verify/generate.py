@@ -29,6 +29,7 @@ from .common import (
     single_signal,
 )
 from .force import force_units
+from .vacuous import one_set_reason, possible_sets, warn_one_set
 
 
 def _sample(
@@ -149,14 +150,18 @@ def generative(
                 run("random", k, d, s.tolist())
     frame = pl.DataFrame(rows)
     rate = lambda df: float(df["rate"].mean()) if df.height else float("nan")  # noqa: E731
-    per_k = []
+    per_k, void = [], {}
     for k in ks:
         sub = frame.filter(pl.col("k") == k)
         top = rate(sub.filter(pl.col("condition") == "top"))
         rand = (
             sub.filter(pl.col("condition") == "random").group_by("draw").agg(pl.col("rate").mean())
         )
-        per_k.append(compare_sets(k, top, rand["rate"].to_numpy().astype(float), greater=True))
+        out = k if exclude else 0
+        why = void[k] = one_set_reason(width, k, out, n_random)
+        per_k.append(compare_sets(k, top, rand["rate"].to_numpy().astype(float), greater=True,
+                                  possible=possible_sets(width, k, out), reason=why))  # fmt: skip
+    warn_one_set(addr, {k: why for k, why in void.items() if why})
     summary = {
         "layer": addr,
         "units": ranked.tolist(),

@@ -44,6 +44,7 @@ from .common import (
     symbols_of,
 )
 from .rules import RecordRules, Rules, candidates
+from .vacuous import one_set_reason, possible_sets, warn_one_set
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
     from typing_extensions import Unpack
@@ -218,6 +219,9 @@ def perturbation(
         delta=pl.Series(delta[:, U].tolist(), dtype=pl.List(pl.Float64)),
     )
     rand = np.asarray(sil[1:])
+    out = len(U) if draws.exclude else 0
+    why = one_set_reason(width, len(U), out, draws.n_random)
+    warn_one_set(addr, {len(U): why} if why else {})
     summary = {
         "layer": addr,
         "units": U.tolist(),
@@ -226,7 +230,9 @@ def perturbation(
         "random_silhouettes": rand.tolist(),
         "random_mean": float(rand.mean()) if rand.size else float("nan"),
         "random_std": float(rand.std()) if rand.size else float("nan"),
-        "p_value": empirical_p(sil[0], rand),
+        "p_value": None if why else empirical_p(sil[0], rand),
+        "possible_sets": possible_sets(width, len(U), out),
+        "reason": why,
         "n_baseline": int((~labels).sum()),
         "n_treatment": int(labels.sum()),
         "mean_change": {
