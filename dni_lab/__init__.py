@@ -29,6 +29,7 @@ from .backend.errors import (
     LayerError,
     MeasureError,
 )
+from .backend.extraction.layouts import Frames, Layout
 from .backend.extraction.models import Model
 from .backend.hypothesis.cache import HypothesisCache
 from .backend.hypothesis.hypotheses import (
@@ -45,12 +46,14 @@ __all__ = [
     "CancelledError",
     "Catalog",
     "DNIError",
+    "Frames",
     "Hypothesis",
     "HypothesisCache",
     "HypothesisError",
     "HypothesisFamily",
     "InspectParams",
     "LayerError",
+    "Layout",
     "Measure",
     "MeasureError",
     "MeasureResult",

@@ -94,6 +94,13 @@ class Model:
         length): trailing positions past a record's symbols are padding. Without it,
         a symbol axis longer than the block's longest record is an error, since its
         positions would not be symbols.
+    frames : bool
+        The batch axis holds frames, not records: every record's ``symbols(record)``
+        frames one after the other (see :class:`~.layouts.Frames`, which makes such
+        an ``encode`` and ``symbols``). Each layer is read per frame.
+    reduce : {"mean", "max"}, optional
+        With ``frames``, how the axes inside one frame (a conv map's positions) are
+        reduced to one value per unit.
 
     Examples
     --------
@@ -114,6 +121,8 @@ class Model:
         layouts: Mapping[str, str | Layout] | None = None,
         prefix: int = 0,
         padded: bool = False,
+        frames: bool = False,
+        reduce: str | None = None,
     ) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"Model needs an nn.Module, got {type(module).__name__}.")
@@ -134,6 +143,10 @@ class Model:
         self.layouts = {a: as_layout(v, f"layout of {a!r}") for a, v in (layouts or {}).items()}
         self.prefix = int(prefix)
         self.padded = bool(padded)
+        self.frames = bool(frames)
+        self.reduce = reduce
+        if reduce is not None and reduce not in ("mean", "max"):
+            raise DNIError(f"reduce={reduce!r}: use 'mean' or 'max'.")
         self._probed = False
         self._read: dict[str, Layout] = {}  # every probed address's layout (declared or ruled)
         self._unreadable: dict[str, str] = {}  # addresses with several readings: the error
@@ -179,8 +192,8 @@ class Model:
         out: list[str] = []
         for name, mod in layer_modules(self.module).items():  # one walk: a notebook asks often
             out.append(name)
-            if isinstance(mod, nn.RNNBase):
-                prefix = f"{name}." if name else ""
+            if isinstance(mod, nn.RNNBase) and name:  # a bare RNN is read whole
+                prefix = f"{name}."
                 out += [f"{prefix}l{k}" for k in range(mod.num_layers)]
                 if isinstance(mod, nn.LSTM):
                     out += [f"{prefix}l{k}.cell" for k in range(mod.num_layers)] + [f"{prefix}cell"]
@@ -286,7 +299,8 @@ class Model:
                 f"model {self.name!r}: layouts= names {unknown[0]!r}, which is no address of "
                 f"the model.{did_you_mean(unknown[0], self.addresses)}"
             )
-        found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name)
+        found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name,
+                              self.frames, self.reduce)
         self._read, self._unreadable = found.layouts, found.errors
         widths: dict[str, int] = {}
         for addr in self.addresses:

@@ -6,12 +6,14 @@ fix; :mod:`.infer` the rules that give every other address a layout or an error 
 lists its readings.
 """
 
+from .frames import Frames
 from .hook_points import hook_point_layout
 from .infer import Inferred, Seen, first_input, infer_layouts
 from .kinds import kind_layout, readings
 from .spec import Layout, as_layout, describe_output, first_tensor
 
 __all__ = [
+    "Frames",
     "Inferred",
     "Layout",
     "Seen",

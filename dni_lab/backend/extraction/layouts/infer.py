@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...errors import LayerError
 from .kinds import ELEMENTWISE, kind_layout, readings
 from .spec import Layout
 
@@ -54,8 +55,26 @@ def infer_layouts(
     declared: Mapping[str, Layout],
     own_rule: Callable[[str, nn.Module, int], str | None] | None = None,
     model_name: str = "model",
+    frames: bool = False,
+    reduce: str | None = None,
 ) -> Inferred:
-    """Layouts of the addresses the probe pass saw (see the module docstring)."""
+    """Layouts of the addresses the probe pass saw (see the module docstring).
+
+    With ``frames`` the batch axis of every layout a rule gives holds frames (``f``)
+    and the symbol axes inside one frame are reduced with ``reduce``.
+    """
+
+    def ruled(spec: str) -> Layout:
+        if not frames:
+            return Layout(spec)
+        axes = ["f" if a == "n" else "r" if a == "s" else a for a in spec.split()]
+        if "r" in axes and reduce is None:
+            raise LayerError(
+                f"model {model_name!r} reads frames as symbols, and a layer's layout {spec!r} "
+                "has axes inside a frame; pass Model(..., reduce='mean' or 'max')."
+            )
+        return Layout(" ".join(axes), reduce=reduce if "r" in axes else None)
+
     producer: dict[int, str] = {}
     for addr, s in seen.items():  # hooks fire innermost first: the producer is the first
         producer.setdefault(id(s.out), addr)
@@ -87,7 +106,7 @@ def infer_layouts(
         spec = own_rule(addr, mod, ndim) if own_rule is not None else None
         spec = spec or kind_layout(mod, ndim)
         if spec:
-            return Layout(spec), ""
+            return ruled(spec), ""
         origin = producer.get(id(s.out))
         if origin is not None and origin != addr:
             found = find(origin)
@@ -106,9 +125,9 @@ def infer_layouts(
                     "a transpose inside it could not be told apart."
                 )
         if ndim == 2:
-            return Layout("n u"), ""
+            return ruled("n u"), ""
         if ndim == 1:
-            return Layout("n"), ""
+            return ruled("n"), ""
         options = ", ".join(repr(r) for r in readings(ndim))
         return None, (
             f"layer {addr!r} of model {model_name!r} ({type(mod).__name__}) returns shape "
