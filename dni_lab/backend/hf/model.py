@@ -84,6 +84,9 @@ class HFModel(Model):
     ``output_hidden_states[-1]`` is after it: read ``ln_final.hook_normalized`` for that.
     """
 
+    #: captured outputs come back per symbol (tokens gathered through the mask)
+    reads_layouts = False
+
     def __init__(
         self,
         module: nn.Module,
