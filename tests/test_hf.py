@@ -146,8 +146,10 @@ def test_transformerlens_and_nnsight_names(gpt2, bert):
         gm.resolve_layer("blocks.7.hook_resid_post")
     with pytest.raises(LayerError, match="not supported"):
         gm.resolve_layer("blocks.0.hook_q_input")
-    with pytest.raises(LayerError, match="input"):
-        gm.resolve_layer("model.transformer.h[0].mlp.input")
+    # nnsight's .input: the module's first positional input (tests/test_tl_meanings.py)
+    assert gm.resolve_layer("model.transformer.h[0].mlp.input") == "transformer.h.0.mlp.input"
+    with pytest.raises(LayerError, match="first positional input"):
+        gm.resolve_layer("model.transformer.h[0].mlp.inputs")
 
 
 def test_heads_are_the_out_projection_input(gpt2):

@@ -218,7 +218,7 @@ def test_unsupported_hooks_say_what_to_read(gpt2, llama, bert):
     with pytest.raises(LayerError, match="final layer norm"):
         bert.resolve_layer("ln_final.hook_normalized")
     with pytest.raises(LayerError, match="not supported"):
-        gpt2.resolve_layer("blocks.0.ln1.hook_scale")
+        gpt2.resolve_layer("blocks.0.hook_attn_in")  # per-head copies of the input
 
 
 def test_fused_qkv_slices_cannot_be_forced(gpt2):

@@ -2,7 +2,8 @@
 
 :meth:`HFModel.capture <dni_lab.backend.hf.model.HFModel.capture>` installs these:
 hooks that keep a module's output, its input (virtual addresses read a module's
-input) or a slice of it, a :class:`SymbolStore` that reads them back in symbol order,
+input), a slice of it or a value computed from it (:mod:`.computed`), a
+:class:`SymbolStore` that reads them back in symbol order,
 and hooks that end the forward pass (:class:`StopForward`) once every captured
 address has fired.
 """
@@ -10,6 +11,7 @@ address has fired.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -72,9 +74,27 @@ def count_call(calls: dict[str, int], addr: str, *_: Any) -> None:
     calls[addr] = calls.get(addr, 0) + 1
 
 
-def keep_input(store: dict, addr: str):
-    def hook(_mod, args, kwargs):
-        x = args[0] if args else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+def first_input(mod: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor:
+    """A module's first input: positional, else the keyword of its forward's first parameter.
+
+    Hugging Face layers call attention with ``hidden_states=...``; the first parameter's
+    name says which keyword that is, whatever order the caller passed keywords in.
+    """
+    if args:
+        return args[0]
+    params = list(inspect.signature(type(mod).forward).parameters)[1:]
+    if params and isinstance(kwargs.get(params[0]), torch.Tensor):
+        return kwargs[params[0]]
+    return next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+
+
+def keep_input(store: dict, addr: str, tap: Tap | None = None):
+    def hook(mod, args, kwargs):
+        x = first_input(mod, args, kwargs)
+        if tap is not None and tap.kind is not None:
+            from .computed import compute
+
+            x = compute(tap, mod, x)
         dict.__setitem__(store, addr, x)
 
     return hook
@@ -88,6 +108,29 @@ def keep_slice(store: dict, addr: str, tap: Tap):
     return hook
 
 
+def keep_rotary(store: dict, addr: str, tap: Tap, attn: nn.Module, seen: dict):
+    """A hook on q_proj (or q_norm): its output rotated with the attention's embeddings."""
+    from .computed import rotary
+
+    def hook(_mod, _args, out):
+        emb = seen.get("position_embeddings")
+        if emb is None:
+            from ..errors import LayerError
+
+            raise LayerError(f"{addr!r}: the attention module was called without "
+                             "position_embeddings, so its rotation is unknown.")  # fmt: skip
+        dict.__setitem__(store, addr, rotary(out, attn, emb, int(tap.head_size or 0)))
+
+    return hook
+
+
+def keep_kwarg(seen: dict, name: str):
+    def hook(_mod, _args, kwargs):
+        seen[name] = kwargs.get(name)
+
+    return hook
+
+
 def keep_taps(
     module: nn.Module, taps: dict[str, Tap], store: dict, stack: contextlib.ExitStack
 ) -> None:
@@ -95,7 +138,14 @@ def keep_taps(
     for addr, tap in taps.items():
         mod = module.get_submodule(tap.module)
         if tap.side == "input":
-            hook = mod.register_forward_pre_hook(keep_input(store, addr), with_kwargs=True)
+            hook = mod.register_forward_pre_hook(keep_input(store, addr, tap), with_kwargs=True)
+        elif tap.kind == "rotary":
+            attn = module.get_submodule(str(tap.context))
+            seen: dict = {}
+            pre = attn.register_forward_pre_hook(keep_kwarg(seen, "position_embeddings"),
+                                                 with_kwargs=True)  # fmt: skip
+            stack.callback(pre.remove)
+            hook = mod.register_forward_hook(keep_rotary(store, addr, tap, attn, seen))
         else:
             hook = mod.register_forward_hook(keep_slice(store, addr, tap))
         stack.callback(hook.remove)

@@ -6,12 +6,20 @@ output, and get a *virtual* address under their block, read by a :class:`Tap`:
 
 * ``{block}.attn.hook_z``: the heads' concatenated outputs, the input of the
   attention's out projection;
-* ``{block}.mlp.hook_post`` on gated MLPs (LLaMA, Mistral, Qwen, Gemma):
+* ``{block}.mlp.hook_post`` on gated MLPs (LLaMA, Mistral, Qwen, Gemma) and T5:
   ``act(gate) * up``, the input of ``down_proj`` (``act_fn``'s output is act(gate) only);
 * ``{block}.hook_resid_mid`` on pre-LN blocks: the input of the MLP's layer norm,
   i.e. the residual stream between attention and MLP;
 * ``{block}.attn.hook_q`` / ``hook_k`` / ``hook_v`` on GPT-2's fused ``c_attn``: a
   third of its output each.
+
+Values TransformerLens computes that no Hugging Face module returns are *computed*
+taps (:mod:`.computed`), made when first named: ``ln1/ln2/ln_final.hook_normalized``
+and ``hook_scale`` (the norm's input normalized, before its weight and bias, as
+TransformerLens reads it), ``attn.hook_result`` (each head's output times its slice
+of ``W_O``), ``attn.hook_rot_q`` / ``hook_rot_k`` (after rotary), and nnsight's
+``<module>.input``. TransformerLens 4 bridge names (``blocks.N.hook_in``,
+``blocks.N.attn.o.hook_in``, ...) are translated by :mod:`.tl_bridge`.
 
 Attention patterns (``attn.hook_pattern``, ``attn.hook_attn_scores``) are one value
 per (head, query, key), not per symbol, so they are no units: naming one raises a
@@ -33,15 +41,23 @@ HEADS = "attn.hook_z"
 GATED_POST = "mlp.hook_post"
 #: The residual stream between attention and MLP (pre-LN blocks).
 RESID_MID = "hook_resid_mid"
+#: nnsight's name for a module's first positional input: ``<module path>.input``.
+INPUT = ".input"
 #: Addresses whose units are a module's input (read with a forward pre-hook).
-INPUT_SUFFIXES = (HEADS, GATED_POST, RESID_MID)
+INPUT_SUFFIXES = (HEADS, GATED_POST, RESID_MID, INPUT)
 #: Per-head addresses: unit ``u`` is dimension ``u % head_dim`` of head ``u // head_dim``.
 PER_HEAD = ("attn.hook_q", "attn.hook_k", "attn.hook_v", HEADS)
 
 #: Role -> candidate paths inside one block, the first that exists wins.
 ROLES: dict[str, tuple[str, ...]] = {
     # the attention's contribution to the residual stream, before any residual add
-    "attn_out": ("attention.output.dense", "attn", "self_attn", "attention"),
+    "attn_out": (
+        "attention.output.dense",
+        "attn",
+        "self_attn",
+        "attention",
+        "layer.0.SelfAttention",
+    ),
     # the module whose *input* is the heads' concatenated outputs (hook_z)
     "out_proj": (
         "attention.output.dense",
@@ -51,14 +67,23 @@ ROLES: dict[str, tuple[str, ...]] = {
         "attention.dense",
         "attn.out_proj",
         "self_attn.dense",
+        "layer.0.SelfAttention.o",
     ),
-    "mlp_out": ("output.dense", "mlp", "feed_forward", "mlp.dense_4h_to_h", "fc2"),
+    "mlp_out": (
+        "output.dense",
+        "mlp",
+        "feed_forward",
+        "mlp.dense_4h_to_h",
+        "fc2",
+        "layer.1.DenseReluDense",
+    ),
     "mlp_post": (
         "intermediate.intermediate_act_fn",
         "mlp.act",
         "mlp.act_fn",
         "mlp.activation_fn",
         "activation_fn",
+        "layer.1.DenseReluDense.act",
     ),
     "mlp_pre": (
         "intermediate.dense",
@@ -68,8 +93,10 @@ ROLES: dict[str, tuple[str, ...]] = {
         "fc1",
         "mlp.dense_h_to_4h",
         "mlp.fc_in",
+        "layer.1.DenseReluDense.wi",
+        "layer.1.DenseReluDense.wi_0",
     ),
-    "mlp_pre_linear": ("mlp.up_proj",),
+    "mlp_pre_linear": ("mlp.up_proj", "layer.1.DenseReluDense.wi_1"),
     # the MLP's output projection: its input is the MLP neurons (hook_post)
     "mlp_down": (
         "mlp.down_proj",
@@ -79,19 +106,48 @@ ROLES: dict[str, tuple[str, ...]] = {
         "fc2",
         "mlp.dense_4h_to_h",
         "mlp.fc_out",
+        "layer.1.DenseReluDense.wo",
     ),
-    "q": ("attention.self.query", "self_attn.q_proj", "attn.q_proj", "attention.q_proj"),
-    "k": ("attention.self.key", "self_attn.k_proj", "attn.k_proj", "attention.k_proj"),
-    "v": ("attention.self.value", "self_attn.v_proj", "attn.v_proj", "attention.v_proj"),
+    "q": (
+        "attention.self.query",
+        "self_attn.q_proj",
+        "attn.q_proj",
+        "attention.q_proj",
+        "layer.0.SelfAttention.q",
+    ),
+    "k": (
+        "attention.self.key",
+        "self_attn.k_proj",
+        "attn.k_proj",
+        "attention.k_proj",
+        "layer.0.SelfAttention.k",
+    ),
+    "v": (
+        "attention.self.value",
+        "self_attn.v_proj",
+        "attn.v_proj",
+        "attention.v_proj",
+        "layer.0.SelfAttention.v",
+    ),
+    # Qwen3 / Gemma3 normalize each head's queries and keys (attn.hook_q_normed / k_normed)
+    "q_norm": ("self_attn.q_norm", "attn.q_norm", "attention.q_norm"),
+    "k_norm": ("self_attn.k_norm", "attn.k_norm", "attention.k_norm"),
     # the attention module whose output's second item is its weights (eager attention)
     "attn_weights": ("attn", "self_attn", "attention.self", "attention"),
-    "ln1": ("ln_1", "input_layernorm", "self_attn_layer_norm", "attention.output.LayerNorm"),
+    "ln1": (
+        "ln_1",
+        "input_layernorm",
+        "self_attn_layer_norm",
+        "attention.output.LayerNorm",
+        "layer.0.layer_norm",
+    ),
     "ln2": (
         "ln_2",
         "pre_feedforward_layernorm",
         "post_attention_layernorm",
         "final_layer_norm",
         "output.LayerNorm",
+        "layer.1.layer_norm",  # T5: sequential sublayers, attention then feed-forward
     ),
 }
 
@@ -111,16 +167,33 @@ _BLOCK_HOOKS = {
     "mlp.hook_pre": "mlp_pre",
     "mlp.hook_pre_linear": "mlp_pre_linear",
     "mlp.hook_post": None,
+    # computed (.computed): the norm's input normalized, its scale; per-head results;
+    # queries and keys after rotary; Qwen3/Gemma3's per-head q/k norms
     "ln1.hook_normalized": "ln1",
     "ln2.hook_normalized": "ln2",
+    "ln1.hook_scale": "ln1",
+    "ln2.hook_scale": "ln2",
+    "attn.hook_result": None,
+    "attn.hook_rot_q": None,
+    "attn.hook_rot_k": None,
+    "attn.hook_q_normed": "q_norm",
+    "attn.hook_k_normed": "k_norm",
+    "attn.q_norm.hook_normalized": "q_norm",
+    "attn.q_norm.hook_scale": "q_norm",
+    "attn.k_norm.hook_normalized": "k_norm",
+    "attn.k_norm.hook_scale": "k_norm",
 }
+#: Computed values of a norm: ``<norm path>.hook_normalized`` / ``.hook_scale``.
+NORM_HOOKS = (".hook_normalized", ".hook_scale")
+#: Computed values of a block's attention: ``{block}.attn.hook_result`` / rotary q, k.
+ATTN_HOOKS = ("attn.hook_result", "attn.hook_rot_q", "attn.hook_rot_k")
 _PATTERNS = ("attn.hook_pattern", "attn.hook_attn_scores")
-_TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>(?:\w+\.)?hook_\w+)$")
+_TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>(?:\w+\.){0,2}hook_\w+)$")
 
 
 @dataclass(frozen=True)
 class Tap:
-    """How a virtual address is read: a module's input or a slice of its output.
+    """How a virtual address is read: a module's input, a slice of its output, or computed.
 
     Parameters
     ----------
@@ -132,7 +205,14 @@ class Tap:
         A slice of the last dimension (a third of a fused q/k/v projection).
     head_size : int or None
         The slice is taken within each head's ``3 * head_size`` features (GPT-NeoX's
-        fused projection interleaves q, k, v per head) and the heads are concatenated.
+        fused projection interleaves q, k, v per head) and the heads are concatenated;
+        for a computed tap, the heads' ``head_dim``.
+    kind : str or None
+        A computed value (:mod:`.computed`): ``"normalized"`` / ``"scale"`` (of a norm's
+        input), ``"result"`` (per-head output through ``W_O``), ``"rotary"`` (queries
+        or keys after rotary embeddings). None: the value as read.
+    context : str or None
+        For ``"rotary"``: the attention module whose ``position_embeddings`` it reads.
     """
 
     module: str
@@ -140,10 +220,12 @@ class Tap:
     start: int | None = None
     stop: int | None = None
     head_size: int | None = None
+    kind: str | None = None
+    context: str | None = None
 
     def read(self, t):
         """This tap's units of the output ``t`` (``(R, T, features)``)."""
-        if self.head_size is None:
+        if self.head_size is None or self.kind is not None:
             return t[..., self.start : self.stop]
         per_head = t.unflatten(-1, (-1, 3 * self.head_size))
         return per_head[..., self.start : self.stop].flatten(-2)
@@ -153,9 +235,10 @@ def reads_input(address: str) -> bool:
     """Whether ``address`` names units of a module's *input*, not of its output.
 
     Per-head outputs (``{block}.attn.hook_z``), gated MLP neurons
-    (``{block}.mlp.hook_post``) and the mid residual stream (``{block}.hook_resid_mid``)
-    are the input of a module (out projection, ``down_proj``, the MLP's layer norm);
-    reading, forcing and ablating them all hook that input with a forward pre-hook.
+    (``{block}.mlp.hook_post``), the mid residual stream (``{block}.hook_resid_mid``)
+    and nnsight's ``<module>.input`` are the input of a module (out projection,
+    ``down_proj``, the MLP's layer norm, the module named); reading, forcing and
+    ablating them all hook that input with a forward pre-hook.
     """
     return address.endswith(INPUT_SUFFIXES)
 
@@ -203,6 +286,8 @@ def taps(module: nn.Module, blocks: str, n_blocks: int) -> dict[str, Tap]:
             pass
         if gated(module, block) and has(module, f"{block}.mlp.down_proj"):
             out[f"{block}.{GATED_POST}"] = Tap(f"{block}.mlp.down_proj")
+        if has(module, f"{block}.layer.1.DenseReluDense.wo"):  # T5: dropout sits before wo
+            out[f"{block}.{GATED_POST}"] = Tap(f"{block}.layer.1.DenseReluDense.wo")
         post_ln = has(module, f"{block}.attention.output.LayerNorm")
         if not post_ln and not _parallel(module):
             try:
@@ -237,8 +322,9 @@ def translate_tl(
         return name
     if address == "hook_pos_embed":
         return _top_level(module, blocks, _POS_EMBED, address, "learned position embedding")
-    if address == "ln_final.hook_normalized":
-        return _top_level(module, blocks, _FINAL_LN, address, "final layer norm")
+    if address in ("ln_final.hook_normalized", "ln_final.hook_scale"):
+        final = _top_level(module, blocks, _FINAL_LN, address, "final layer norm")
+        return final + address.removeprefix("ln_final")
     m = _TL.match(address)
     if not m:
         return None
@@ -255,7 +341,7 @@ def translate_tl(
         raise LayerError(
             f"TransformerLens hook {address!r} is not supported; supported per block: "
             f"{', '.join(sorted(_BLOCK_HOOKS))}; model-wide: hook_embed, hook_pos_embed, "
-            "ln_final.hook_normalized."
+            "ln_final.hook_normalized, ln_final.hook_scale."
         )
     if i >= n_blocks:
         raise LayerError(f"{address!r}: the model has {n_blocks} blocks (0..{n_blocks - 1}).")
@@ -279,6 +365,19 @@ def translate_tl(
             return f"{block}.{hook}"
         if hook == "attn.hook_z":
             return role(module, block, "out_proj")  # raises, naming the candidates
+    if hook in ATTN_HOOKS:
+        return f"{block}.{hook}"  # computed when first named (.computed)
+    if hook.endswith(NORM_HOOKS):  # the norm's input normalized / its scale (.computed)
+        return role(module, block, _BLOCK_HOOKS[hook]) + hook[hook.rindex(".") :]
+    if (
+        _BLOCK_HOOKS[hook] in ("q_norm", "k_norm")
+        and role_or_none(module, block, _BLOCK_HOOKS[hook]) is None
+    ):
+        raise LayerError(
+            f"{address!r}: block {block!r} of {type(module).__name__} normalizes no per-head "
+            "queries or keys (Qwen3 and Gemma3 do); read "
+            f"'blocks.{i}.attn.hook_{_BLOCK_HOOKS[hook][0]}' instead."
+        )
     return role(module, block, _BLOCK_HOOKS[hook] or "mlp_post")
 
 
@@ -298,7 +397,11 @@ def _top_level(module: nn.Module, blocks: str, leaves: tuple, address: str, what
     path = _first_path(module, blocks, leaves)
     if path is not None:
         return path
-    extra = " (its positions are rotary, applied inside attention)" if leaves is _POS_EMBED else ""
+    extra = (
+        " (its positions are rotary or relative, applied inside attention)"
+        if leaves is _POS_EMBED
+        else ""
+    )
     raise LayerError(
         f"{type(module).__name__} has no {what} for {address!r}{extra}; "
         "read 'blocks.0.hook_resid_pre' or 'hook_embed' instead."

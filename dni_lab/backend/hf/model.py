@@ -24,7 +24,7 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, did_you_mean
 from ..extraction.models import Model, to_device
-from . import attention, capture, encoding, hooks, names, seq2seq
+from . import attention, capture, computed, encoding, hooks, names, seq2seq
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
 
@@ -351,8 +351,12 @@ class HFModel(Model):
     def resolve_layer(self, layer: str | int) -> str:
         """An address, a block position, a TransformerLens hook or an nnsight path."""
         known = set(self.addresses) if isinstance(layer, str) else set()
+        if isinstance(layer, str) and layer not in known and self._add_tap(layer):
+            known.add(layer)
         if isinstance(layer, str) and layer not in known:
             mapped = names.translate(layer, self._blocks, self._n_blocks, self.module, self._taps)
+            if mapped is not None and mapped not in known and self._add_tap(mapped):
+                known.add(mapped)
             if mapped is not None and mapped not in known:
                 raise LayerError(
                     f"{layer!r} maps to {mapped!r}, which model {self.name!r} does not have."
@@ -364,6 +368,19 @@ class HFModel(Model):
         address = super().resolve_layer(layer)
         seq2seq.needs_rule(self, address)
         return address
+
+    def _add_tap(self, address: str) -> bool:
+        """Make the computed or ``.input`` tap ``address`` names (:mod:`.computed`), if any.
+
+        It joins :attr:`addresses` after every other address (earlier units keep their
+        positions), and the next :meth:`layer_widths` measures it.
+        """
+        tap = computed.lazy_tap(self.module, address, self._blocks, self._heads[1])
+        if tap is None:
+            return False
+        self._taps[address] = tap
+        self._widths, self._probed = {}, False  # measured again, with it, on the next call
+        return True
 
     def _module(self, name: str) -> nn.Module:
         tap = self._taps.get(name)
@@ -377,10 +394,12 @@ class HFModel(Model):
         """Whether forcing ``address`` can hook one module's input or output as a whole.
 
         A slice of a fused projection (GPT-2's ``attn.hook_q``) cannot: its units are
-        not that module's units.
+        not that module's units; nor can a computed value (``hook_normalized``,
+        ``hook_result``, ``hook_rot_q``: :mod:`.computed`).
         """
         tap = self._taps.get(address)
-        return address not in self._attn and (tap is None or tap.start is None)
+        plain = tap is None or (tap.start is None and tap.kind is None)
+        return address not in self._attn and plain
 
     def with_heads(self, frame: Any) -> Any:
         """A score frame with a ``head`` column: ``unit // head_dim`` on per-head layers.
@@ -445,7 +464,7 @@ class HFModel(Model):
         # heads × head_dim units, which is not hidden_size when head_dim is set apart
         # from it (Qwen3, Gemma); read the projection, or measure where it does not say
         found = {
-            a: names.input_width(self._module(a)) if t.side == "input" else None
+            a: names.input_width(self._module(a)) if t.side == "input" and not t.kind else None
             for a, t in self._taps.items()
         }
         widths.update({a: w for a, w in found.items() if w is not None})

@@ -3,9 +3,11 @@
 A transformer's blocks are the ``nn.ModuleList`` with ``config.num_hidden_layers``
 entries; inside a block, each *role* (attention output, MLP neurons, ...) is
 the first candidate path that exists, which covers GPT-2, BERT/RoBERTa,
-LLaMA/Mistral-style and OPT/GPT-NeoX-style layouts. TransformerLens hook names
-(``blocks.0.hook_resid_post``) and nnsight module paths
-(``model.transformer.h[0].mlp.output``) are translated to our addresses.
+LLaMA/Mistral-style, OPT/GPT-NeoX-style and T5 layouts. TransformerLens hook names
+(``blocks.0.hook_resid_post``), TransformerLens 4 bridge names
+(``blocks.0.hook_out``, :mod:`.tl_bridge`) and nnsight module paths
+(``model.transformer.h[0].mlp.output``, and ``.input``: the module's first positional
+input) are translated to our addresses.
 Per-head outputs are heads × head_dim units, head-major, whatever the hidden
 size (Qwen3 and Gemma set ``head_dim`` apart from it; GQA keys/values have
 fewer heads): :func:`reads_input`, :func:`input_width`, :func:`head_shape`,
@@ -20,7 +22,8 @@ import torch
 from torch import nn
 
 from ..errors import LayerError
-from .hooks import HEADS, embeddings, reads_input, role, translate_tl
+from . import tl_bridge
+from .hooks import HEADS, INPUT, embeddings, has, reads_input, role, translate_tl
 
 __all__ = ["HEADS", "embeddings", "reads_input", "role"]  # re-exported from .hooks
 
@@ -114,17 +117,27 @@ def translate(
 
     ``virtual`` holds the model's virtual addresses (:func:`.hooks.taps`).
     """
+    legacy = tl_bridge.translate(address, blocks, module, virtual)  # TransformerLens 4 bridge names
+    if legacy is not None and legacy != address:
+        if legacy in (virtual or {}) or has(module, legacy.removesuffix(INPUT)):
+            return legacy  # an address already: a module, its input, a virtual one
+        return translate(legacy, blocks, n_blocks, module, virtual) or legacy
     mapped = translate_tl(address, blocks, n_blocks, module, virtual or {})
     if mapped is not None:
         return mapped
-    if address.startswith("model.") or "[" in address or address.endswith(".output"):
-        # nnsight: model.transformer.h[0].mlp.output -> transformer.h.0.mlp
+    nnsight = address.endswith((".output", ".input", ".inputs"))
+    if address.startswith("model.") or "[" in address or nnsight:
+        # nnsight: model.transformer.h[0].mlp.output -> transformer.h.0.mlp; .input is the
+        # module's first positional input, a virtual address of its own (.computed)
         path = re.sub(r"\[(\d+)\]", r".\1", address)
-        path = path.removeprefix("model.")
-        if path.endswith(".input") or path.endswith(".inputs"):
+        if path.endswith(".inputs"):
             raise LayerError(
-                f"{address!r} names a module's input; dni_lab reads outputs. Name the "
-                "module before it, or use '<block>.attn.hook_z' for attention heads."
+                f"{address!r} names all of a module's inputs (args, kwargs); dni_lab reads "
+                f"one tensor: name its first positional input, '{address[:-1]}'."
             )
-        return path.removesuffix(".output")
+        base, _, end = path.rpartition(".")
+        base, suffix = (base, INPUT) if end == "input" else (path.removesuffix(".output"), "")
+        if not has(module, base):  # nnsight's root is 'model.'; LLaMA's own stack is too
+            base = base.removeprefix("model.")
+        return base + suffix
     return None
