@@ -7,6 +7,14 @@ under ``_original_component`` wrappers too, and answers legacy names such as
 A model lists each module once, under its shortest path (the one its library
 documents), and resolves such aliases to it, so that hooks go on the module the
 forward pass calls.
+
+Containers are left out of the listing. An ``nn.Sequential`` has a forward pass and an
+output (its last entry's), so it can be addressed as one layer by its path
+(:func:`named_sequential`): it becomes an address once named, after every listed one,
+so that listings (``model.layers``, default units, unit positions) stay as they are and
+a block is not counted twice (its output is its last entry's). ``nn.ModuleList`` and
+``nn.ModuleDict`` have no forward pass, hence no output: naming one raises a
+:class:`~dni_lab.backend.errors.LayerError` that lists its entries.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+
+from ..errors import LayerError
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -68,3 +78,29 @@ def residual_hooks(module: nn.Module, layers: list[str]) -> list[str]:
             return []
         out.append(name)
     return out
+
+
+def named_sequential(module: nn.Module, path: str) -> str | None:
+    """``path`` if it names an ``nn.Sequential`` of ``module`` (one layer: its output).
+
+    Returns None when ``path`` names no container (nor any module). Raises a
+    :class:`LayerError` when it names an ``nn.ModuleList`` or ``nn.ModuleDict``, which
+    have no forward pass: the error lists the entries to address instead.
+    """
+    if not path:
+        return None
+    try:
+        mod = module.get_submodule(path)
+    except AttributeError:
+        return None
+    if isinstance(mod, nn.Sequential):
+        return path
+    if isinstance(mod, (nn.ModuleList, nn.ModuleDict)):
+        entries = [f"{path}.{k}" for k, _ in list(mod.named_children())[:5]]
+        more = f", ... ({len(mod) - 5} more)" if len(mod) > 5 else ""
+        raise LayerError(
+            f"{path!r} is an {type(mod).__name__}: a container with no forward pass of its "
+            f"own, so it has no output to read. Address one of its entries "
+            f"({', '.join(repr(e) for e in entries)}{more}), or the module that calls them."
+        )
+    return None
