@@ -248,3 +248,22 @@ def test_bad_layout_specs_say_what_to_write():
         dl.Layout("n u r s")
     with pytest.raises(dl.LayerError, match="batch axis"):
         dl.Layout("s u")
+
+
+def test_forcing_units_on_axes_that_are_not_adjacent():
+    """(batch, head, pos, d_head): units head x d_head straddle the symbol axis."""
+    from dni_lab.backend.extraction.layouts import Layout
+
+    t = torch.randn(2, 3, 5, 4)
+    lay = Layout("n u s u")
+    view = lay.view(t, [5, 5], None, "t")
+    assert view.shape == (2, 5, 12)
+    torch.testing.assert_close(view[:, :, 4 * 1 + 2], t[:, 1, :, 2])
+    forced = lay.write(t, torch.tensor([6, 11]), 9.0, None, "t")
+    again = lay.view(forced, [5, 5], None, "t")
+    assert torch.all(again[..., [6, 11]] == 9.0)
+    keep = [u for u in range(12) if u not in (6, 11)]
+    torch.testing.assert_close(again[..., keep], view[..., keep])
+    pattern = torch.randn(2, 5, 2)
+    again = lay.view(lay.write(t, torch.tensor([6, 11]), pattern, None, "t"), [5, 5], None, "t")
+    torch.testing.assert_close(again[..., [6, 11]], pattern)

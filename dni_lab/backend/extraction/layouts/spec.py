@@ -222,9 +222,15 @@ class Layout:
         value = value[:, :n_pos].reshape(v.shape[0], *pos_shape, len(idx))
         for _ in range(nr):
             value = value.unsqueeze(nb + ns)
-        flat_u = v.flatten(nb + ns + nr) if ushape else v.unsqueeze(-1)
-        target = flat_u[..., idx.to(x.device)]
-        flat_u[..., idx.to(x.device)] = value.expand_as(target).to(x.dtype)
+        # index the unit axes of the permuted view itself: flattening them could copy
+        # (units on axes that are not adjacent, as in (batch, head, pos, d_head)), and a
+        # write into a copy would never reach the output
+        if not ushape:
+            v[...] = value[..., 0].expand_as(v).to(x.dtype)
+            return x
+        where_u = torch.unravel_index(idx.to(x.device), tuple(ushape))
+        target_shape = (*v.shape[: nb + ns + nr], len(idx))
+        v[(..., *where_u)] = value.expand(target_shape).to(x.dtype)
         return x
 
 
