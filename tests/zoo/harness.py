@@ -185,6 +185,8 @@ def scores(model: dl.Model, records: list, address: str) -> np.ndarray:
                        data=records, units=[(address, "*")], eps=None, device="cpu",
                        cache=False)  # fmt: skip
     rows = frame.filter(frame["layer"] == address).sort("unit")
+    if rows.height == 0 and frame["layer"].n_unique() == 1:
+        rows = frame.sort("unit")  # an alias (TransformerLens' legacy name) names its target
     assert rows["unit"].to_list() == list(range(len(rows))), "one row per unit, in order"
     return rows["unit_score"].fill_null(float("nan")).to_numpy().astype(np.float64)
 
@@ -195,6 +197,7 @@ def behaviors(model: dl.Model, records: list, address: str) -> list[np.ndarray]:
     from dni_lab.backend.extraction.extract import on_device
 
     cpu = torch.device("cpu")
+    address = model.resolve_layer(address)  # as verify and examples do (aliases to targets)
     out: list[np.ndarray] = []
     with on_device(model, cpu):
         for _first, acts, mask in symbol_activations(model, records, address, None, cpu):

@@ -4,7 +4,9 @@ is the other's dependency). ``tests/test_zoo.py`` runs it in a subprocess:
 
     .dni_cache/zoo-venv/bin/python tests/zoo/tl_side.py OUT.json
 
-A tiny ``HookedTransformer`` from a config (random init, fixed seed, no hub). Every hook
+A tiny ``HookedTransformer`` from a config (random init, fixed seed, no hub) and, where
+the installed TransformerLens has it, a ``TransformerBridge`` around a tiny random GPT-2
+(saved to a temporary directory, booted offline). Every hook
 point is read by TransformerLens itself (``run_with_cache``) — the reference — and by
 dni_lab (``dl.inspect`` corr vs float64 Pearson within 1e-6; the behaviors service within
 float32 rounding), or refused with a named DNIError before any record is scored. Writes
@@ -14,13 +16,19 @@ one record per (model, hook): outcome and detail.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import torch
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models are built here, never fetched
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # hypotheses/ (a tokenizer)
 
 import dni_lab as dl
 from zoo import values
@@ -28,7 +36,8 @@ from zoo.harness import behaviors, counted, hypothesis, pearson, scores
 from zoo.reference import Read, ReadingError, read
 
 #: per hook name ending, the contract's reading of TransformerLens' tensor
-HEADS = ("_q", "_k", "_v", "_z", "_result", "_rot_q", "_rot_k", "q_normed", "k_normed")
+HEADS = ("_q", "_k", "_v", "_z", "_result", "_rot_q", "_rot_k", "q_normed", "k_normed",
+         "q.hook_out", "k.hook_out", "v.hook_out", "o.hook_in")  # the last four: the bridge's
 
 
 def reading(name: str, t: torch.Tensor) -> Read | None:
@@ -65,6 +74,24 @@ def hooked_transformer():
     ht = HookedTransformer(cfg).eval()
     ht.set_use_attn_result(True)
     return ht
+
+
+def transformer_bridge(tmp: str):
+    """TransformerLens' bridge around a tiny random GPT-2 saved to ``tmp`` (offline)."""
+    import transformers
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from hypotheses.workloads.hf_tokenizers import bpe
+
+    tok = bpe(["abc def ghi jkl"] * 20, vocab_size=300)
+    torch.manual_seed(61)
+    cfg = transformers.GPT2Config(vocab_size=len(tok), n_positions=32, n_ctx=32, n_embd=16,
+                                  n_layer=2, n_head=4, bos_token_id=tok.eos_token_id,
+                                  eos_token_id=tok.eos_token_id)  # fmt: skip
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    hf.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    return TransformerBridge.boot_transformers(tmp, hf_model=hf, device="cpu").eval()
 
 
 def cases(name: str, module, records: list) -> list[dict]:
@@ -119,12 +146,16 @@ def one(model, records, hook, t, counts, hyp) -> dict:
 
 
 def main(path: str) -> None:
-    import transformer_lens
-
     records = tokens()
     results = cases("hooked-transformer", hooked_transformer(), records)
-    meta = {"transformer_lens": getattr(transformer_lens, "__version__", "?"),
-            "bridge": "TransformerBridge needs a Hugging Face model: not built offline here"}
+    meta = {"transformer_lens": version("transformer-lens"), "bridge": "built"}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bridge = transformer_bridge(tmp)
+    except ImportError as exc:  # a TransformerLens without the bridge: say so
+        meta["bridge"] = f"not built: {exc}"
+    else:
+        results += cases("transformer-bridge", bridge, records)
     Path(path).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 
 
