@@ -26,10 +26,11 @@ import re
 from torch import nn
 
 from ..errors import LayerError
-from .hooks import _FINAL_LN, INPUT, Tap, _top_level, gated, has, role
+from .hooks import INPUT, Tap
+from .roles import FINAL_LN, gated, has, role, top_level
 
 _NAME = re.compile(r"^blocks\.(?P<i>\d+)(?:\.(?P<comp>[a-z_0-9.]+?))?\.(?P<end>hook_in|hook_out)$")
-#: Bridge component -> our role inside a block (:data:`.hooks.ROLES`).
+#: Bridge component -> our role inside a block (:data:`.roles.ROLES`).
 COMPONENTS = {
     "ln1": "ln1", "ln2": "ln2", "attn": "attn_out", "mlp": "mlp_out",
     "attn.q": "q", "attn.k": "k", "attn.v": "v", "attn.o": "out_proj",
@@ -104,7 +105,7 @@ def _top(address: str, blocks: str, module: nn.Module) -> str | None:
         raise LayerError(f"{address!r} is the token ids or positions, no units; read "
                          f"'{address.replace('hook_in', 'hook_out')}' instead.")  # fmt: skip
     if address in ("ln_final.hook_in", "ln_final.hook_out"):
-        final = _top_level(module, blocks, _FINAL_LN, address, "final layer norm")
+        final = top_level(module, blocks, FINAL_LN, address, "final layer norm")
         return final + (INPUT if address.endswith("hook_in") else "")
     if address in ("unembed.hook_in", "unembed.hook_out"):
         head = module.get_output_embeddings() if hasattr(module, "get_output_embeddings") else None
