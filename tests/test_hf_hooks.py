@@ -140,9 +140,11 @@ def test_gpt2_hooks_equal_hand_written_hooks(gpt2):
     assert post.shape[-1] == 128
     assert_each_record(m, "blocks.1.hook_mlp_out", h[1].mlp, OUT.__func__)
     assert_each_record(m, "blocks.1.hook_attn_out", h[1].attn, OUT.__func__)
-    assert_each_record(m, "blocks.1.ln1.hook_normalized", h[1].ln_1, OUT.__func__)
-    assert_each_record(m, "blocks.1.ln2.hook_normalized", h[1].ln_2, OUT.__func__)
-    assert_each_record(m, "ln_final.hook_normalized", m.module.transformer.ln_f, OUT.__func__)
+    # a norm's output (after its weight and bias) is its bridge name's hook_out;
+    # hook_normalized is before them (tests/test_tl_meanings.py)
+    assert_each_record(m, "blocks.1.ln1.hook_out", h[1].ln_1, OUT.__func__)
+    assert_each_record(m, "blocks.1.ln2.hook_out", h[1].ln_2, OUT.__func__)
+    assert_each_record(m, "ln_final.hook_out", m.module.transformer.ln_f, OUT.__func__)
 
 
 def test_llama_hooks_equal_hand_written_hooks(llama):
@@ -163,8 +165,8 @@ def test_llama_hooks_equal_hand_written_hooks(llama):
     assert post.shape[-1] == 48
     assert_each_record(m, "blocks.1.hook_mlp_out", mlp, OUT.__func__)
     assert_each_record(m, "blocks.0.hook_attn_out", layers[0].self_attn, OUT.__func__)
-    assert_each_record(m, "blocks.0.ln1.hook_normalized", layers[0].input_layernorm, OUT.__func__)
-    assert_each_record(m, "ln_final.hook_normalized", m.module.model.norm, OUT.__func__)
+    assert_each_record(m, "blocks.0.ln1.hook_out", layers[0].input_layernorm, OUT.__func__)
+    assert_each_record(m, "ln_final.hook_out", m.module.model.norm, OUT.__func__)
 
 
 def test_gated_hook_post_is_act_gate_times_up(llama):
@@ -186,7 +188,7 @@ def test_residual_stream_hooks_equal_hidden_states(which, request):
     """resid_pre/post are hidden_states[i] / [i+1]; the last hidden state is after ln_final."""
     m = request.getfixturevalue(which)
     names = ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre", "blocks.0.hook_resid_post",
-             "blocks.1.hook_resid_post", "ln_final.hook_normalized"]
+             "blocks.1.hook_resid_post", "ln_final.hook_out"]
     got = {n: extracted(m, n)[1] for n in names}
     for r, rec in enumerate(RECORDS):
         hs, n = hidden_states(m, rec), m.symbols(rec)
@@ -204,7 +206,7 @@ def test_bert_post_ln_hooks(bert):
     assert_each_record(bert, "blocks.0.hook_resid_mid", layer.attention.output.LayerNorm,
                        OUT.__func__)
     assert_each_record(bert, "blocks.0.mlp.hook_pre", layer.intermediate.dense, OUT.__func__)
-    assert_each_record(bert, "blocks.0.ln2.hook_normalized", layer.output.LayerNorm, OUT.__func__)
+    assert_each_record(bert, "blocks.0.ln2.hook_out", layer.output.LayerNorm, OUT.__func__)
     assert_each_record(bert, "hook_pos_embed", bert.module.embeddings.position_embeddings,
                        OUT.__func__)
 

@@ -81,7 +81,9 @@ class HFModel(Model):
     -----
     The last block's output (``blocks.{n-1}.hook_resid_post``) is the residual stream
     *before* the final layer norm, as in TransformerLens; Hugging Face's
-    ``output_hidden_states[-1]`` is after it: read ``ln_final.hook_normalized`` for that.
+    ``output_hidden_states[-1]`` is after it (and its weight): read the final norm's
+    output, ``ln_final.hook_out`` (``ln_final.hook_normalized`` is before its weight, as
+    in TransformerLens).
     """
 
     #: captured outputs come back per symbol (tokens gathered through the mask)
