@@ -462,3 +462,23 @@ def check_layouts(shapes: dict[str, list[int]], n_pos: int, which: str) -> None:
         assert layout is not None, (which, name, shape)
         axes = layout.split()
         assert shape[axes.index("n")] == 1 and shape[axes.index("s")] == n_pos, (name, shape)
+
+
+def test_head_column_on_computed_addresses(models):
+    import polars as pl
+
+    m = models["qwen3"]
+    layers = {n: m.resolve_layer(n) for n in ("blocks.0.attn.hook_result",
+              "blocks.0.attn.hook_rot_k", "blocks.0.attn.hook_q_normed",
+              "blocks.0.ln1.hook_normalized")}  # fmt: skip
+    frame = pl.DataFrame(
+        {"mid": ["qwen3"] * 4, "layer": list(layers.values()), "unit": [70, 13, 25, 5]}
+    )
+    heads = dict(zip(layers, m.with_heads(frame)["head"].to_list(), strict=True))
+    # result: d_model 32 per head; rot_k, q_normed: head_dim 12; a norm: no head
+    assert heads == {
+        "blocks.0.attn.hook_result": 2,
+        "blocks.0.attn.hook_rot_k": 1,
+        "blocks.0.attn.hook_q_normed": 2,
+        "blocks.0.ln1.hook_normalized": None,
+    }

@@ -406,9 +406,10 @@ class HFModel(Model):
     def with_heads(self, frame: Any) -> Any:
         """A score frame with a ``head`` column: ``unit // head_dim`` on per-head layers.
 
-        Rows of this model on ``attn.hook_q``, ``hook_k``, ``hook_v`` or ``hook_z``
-        (and on the q/k/v projections they map to) get their head; every other row
-        gets null. Keys and values under GQA have fewer heads, the same ``head_dim``.
+        Rows of this model on ``attn.hook_q``, ``hook_k``, ``hook_v``, ``hook_z``,
+        ``hook_rot_q/k``, ``hook_q/k_normed`` (and on the projections they map to) get
+        their head; ``attn.hook_result`` rows ``unit // d_model``; every other row gets
+        null. Keys and values under GQA have fewer heads, the same ``head_dim``.
         """
         import polars as pl
 
@@ -443,10 +444,15 @@ class HFModel(Model):
         return attention.register(self, pair, name, blocks)
 
     def _head_dim_of(self, address: str) -> int | None:
+        tap = self._taps.get(address)
+        if tap is not None and tap.kind == "result":  # heads x d_model units
+            return getattr(getattr(self.module, "config", None), "hidden_size", None)
+        if tap is not None and tap.kind is not None:  # rotated q/k; q/k norms' normalized
+            address = tap.module
         per_head = address.endswith(hooks.PER_HEAD) or any(
             address == hooks.role_or_none(self.module, b, r)
             for b in self.positional_layers()
-            for r in ("q", "k", "v")
+            for r in ("q", "k", "v", "q_norm", "k_norm")
         )
         return self._heads[1] if per_head else None
 
