@@ -23,7 +23,7 @@ def corpus(n: int, seed: int = 0, lo: int = 2, hi: int = 9) -> list[str]:
     return [" ".join(rng.choice(WORDS, int(rng.integers(lo, hi)))) for _ in range(n)]
 
 
-@dl.hypothesis(kind="binary")
+@dl.hypothesis(kind="binary", level="char")
 def keyword(record: str) -> list[float]:
     out = np.zeros(len(record))
     for w in ("select", "from", "where"):

@@ -49,7 +49,7 @@ def roberta(bert):
     return transformers.RobertaModel(cfg).eval(), tok
 
 
-@dl.hypothesis(kind="continuous")
+@dl.hypothesis(kind="continuous", level="char")
 def position(record: str) -> np.ndarray:
     return np.arange(len(record), dtype=float)
 
@@ -171,7 +171,9 @@ def test_heads_are_the_out_projection_input(gpt2):
 def test_character_hypothesis_aligns_to_tokens(bert):
     bm = HFModel(*bert, name="bert", pool={"continuous": "last"})
     rec = "select a from tab"  # tokens: select | a | from | tab
-    fam = AlignedFamily(dl.hypothesis(kind="binary")(lambda r: [c == "a" for c in r]), bm)
+    fam = AlignedFamily(
+        dl.hypothesis(kind="binary", level="char")(lambda r: [c == "a" for c in r]), bm
+    )
     assert fam.evaluate(rec)[:, 0].tolist() == [0, 1, 0, 1]  # "any": 'tab' holds an a
     cont = AlignedFamily(position, bm)
     assert cont.evaluate(rec)[:, 0].tolist() == [5, 7, 12, 16]  # "last" character's index
@@ -185,13 +187,19 @@ def test_character_hypothesis_aligns_to_tokens(bert):
     # "ab" is two word pieces (a, ##b): both belong to word 1
     assert bm.offsets("select  ab tab") == [(0, 6), (8, 9), (9, 10), (11, 14)]
     assert AlignedFamily(word_index, bm).evaluate("select  ab tab")[:, 0].tolist() == [0, 1, 1, 2]
-    tokens = AlignedFamily(dl.hypothesis(lambda r: [3, 1, 4, 1]), bm)  # already per token
+    tokens = AlignedFamily(dl.hypothesis(lambda r: [3, 1, 4, 1], level="token"), bm)
     assert tokens.evaluate(rec)[:, 0].tolist() == [3, 1, 4, 1]
+    # 4 words and 4 tokens: undeclared, the length cannot say which it is
+    with pytest.raises(dl.HypothesisError, match="per word or per token.*level="):
+        AlignedFamily(dl.hypothesis(lambda r: [3, 1, 4, 1]), bm).evaluate(rec)
+    # NaN is "undefined": a token whose characters are all undefined is undefined
     nan = AlignedFamily(dl.hypothesis(lambda r: [float("nan")] * len(r)), bm)
+    assert np.isnan(nan.evaluate(rec)).all()
+    inf = AlignedFamily(dl.hypothesis(lambda r: [float("inf")] * len(r)), bm)
     with pytest.raises(dl.HypothesisError, match="record 'select a from tab'"):
-        nan.evaluate(rec)
+        inf.evaluate(rec)
     bad = AlignedFamily(dl.hypothesis(lambda r: [0, 1, 0, 1, 0, 1, 1]), bm)
-    with pytest.raises(dl.HypothesisError, match="one value per character or word"):
+    with pytest.raises(dl.HypothesisError, match="one value per character, word or token"):
         bad.evaluate(rec)
 
 

@@ -66,22 +66,22 @@ def tiny(tok) -> HFModel:
     return HFModel(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="tiny")
 
 
-@dl.hypothesis(kind="binary")
+@dl.hypothesis(kind="binary", level="char")
 def is_digit(record: str) -> list[bool]:
     return [c.isdigit() for c in record]
 
 
-@dl.hypothesis(kind="continuous")
+@dl.hypothesis(kind="continuous", level="char")
 def position(record: str) -> np.ndarray:
     return np.arange(len(record), dtype=float)
 
 
-@dl.hypothesis(kind="categorical", categories=3)
+@dl.hypothesis(kind="categorical", categories=3, level="char")
 def char_class(record: str) -> list[int]:
     return [1 if c.isdigit() else 2 if c.isspace() else 0 for c in record]
 
 
-@dl.hypothesis(kind="categorical", categories=4)
+@dl.hypothesis(kind="categorical", categories=4, level="word")
 def word_index(record: str) -> list[int]:
     return list(range(len(record.split())))
 

@@ -144,8 +144,8 @@ class Inspection:
     ) -> None:
         self.params = params if params is not None else InspectParams()
         self.models = as_models(models)
-        self.families, self.info = as_families(hypotheses)
         self.measures = as_measures(measures)
+        self.families, self.info = as_families(hypotheses, self.measures)
         self.units = normalize_units(units, self.models)
         self.data = as_source(data, column)  # records in memory, files, a Ray Dataset
         self.device = resolve_device(self.params.device)
@@ -250,12 +250,17 @@ class Inspection:
         start = time.perf_counter()
         extractors: dict[str, Extractor] = {}
         for block_records, first in self._blocks():
+            pre = None
             if not self.states:
-                for sp in self._spaces.values():  # a bad record is named before a model sees it
-                    self._symbol_counts(sp.models, block_records, first)
+                # a bad record, and a hypothesis whose level its length cannot tell, are
+                # named before a model sees any record: the first block's hypotheses first
+                try:
+                    pre = self._first_hypotheses(block_records, first)
+                except BlockCancelled:
+                    pass  # the states are still laid out: a Stop now returns their empty rows
                 self._prepare(block_records)
                 extractors = self._extractors()
-            if not self._read(block_records, first, extractors):
+            if not self._read(block_records, first, extractors, pre):
                 break  # a Stop mid-block: no state saw this block, drop it
             self._records_hash.update(block_records)  # provenance: only blocks that counted
             self.progress.records_read = first + len(block_records)
@@ -297,9 +302,28 @@ class Inspection:
             for mu in self._active_models()
         }
 
-    def _read(self, block_records: list[Any], first: int, extractors: dict[str, Extractor]) -> bool:
+    def _first_hypotheses(
+        self, records: list[Any], first: int
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The first block's hypothesis blocks of every symbol space, before any model runs."""
+        rkey = block_key(records)
+        return {
+            key: self._hypothesis_block(
+                key, records, self._symbol_counts(sp.models, records, first), first, set(), rkey
+            )
+            for key, sp in self._spaces.items()
+        }
+
+    def _read(
+        self,
+        block_records: list[Any],
+        first: int,
+        extractors: dict[str, Extractor],
+        pre: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> bool:
         """Fold one block (records ``first``, ``first + 1``, ...) into every active state.
 
+        ``pre``: hypothesis blocks already computed for it, by symbol space.
         False when a cancel arrived before any state saw the block.
         """
         counts = {
@@ -313,7 +337,7 @@ class Inspection:
                     self._skipped[m.name] = self._skipped.get(m.name, 0) + n
         skip = self._finished_families()
         rkey = block_key(block_records)  # once: the hypothesis cache and the behavior memo
-        blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = dict(pre or {})
         try:  # every symbol space's hypotheses first: a Stop leaves no state half-updated
             for mu in self._active_models():
                 key = _space_key(mu.model)

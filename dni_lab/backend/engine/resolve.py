@@ -22,6 +22,7 @@ from ..extraction.extract import as_indices
 from ..extraction.models import Model
 from ..hypothesis.cache import HypothesisCache, cache_at
 from ..hypothesis.hypotheses import HypothesisFamily, HypothesisInfo, as_family
+from ..hypothesis.one_vs_rest import with_indicators
 from ..measures import Measure, get_measure
 from .frames import UnitLabels
 
@@ -86,11 +87,18 @@ def as_models(models: Any) -> list[Model]:
     return out
 
 
-def as_families(hypotheses: Any) -> tuple[list[HypothesisFamily], list[HypothesisInfo]]:
-    """Families and the per-column info of every signal, with unique hypothesis ids."""
+def as_families(
+    hypotheses: Any, measures: Sequence[Measure] = ()
+) -> tuple[list[HypothesisFamily], list[HypothesisInfo]]:
+    """Families and the per-column info of every signal, with unique hypothesis ids.
+
+    Where one of ``measures`` reads categories one-vs-rest (``corr``, ``ridge``,
+    ``diffmeans``), a categorical signal with declared categories brings one binary
+    indicator per category (``"{hid}={code}"``, :mod:`~..hypothesis.one_vs_rest`).
+    """
     if isinstance(hypotheses, HypothesisFamily) or callable(hypotheses):
         hypotheses = [hypotheses]
-    fams = [as_family(h) for h in hypotheses]
+    fams = with_indicators([as_family(h) for h in hypotheses], measures)
     if not fams:
         raise HypothesisError("no hypotheses given; pass hypotheses=[fn, ...].")
     info = [i for f in fams for i in f.info()]

@@ -13,8 +13,16 @@ character's value: 0 with ``"any"``, else the nearest preceding token's value
 (:func:`pool_spans` says why and gives the edge cases).
 
 The pooling is chosen per hypothesis kind (binary → any, continuous → mean,
-categorical → first by default). Its level is read from the output's length:
-as many values as characters, words, or tokens (already token-level, kept).
+categorical → first by default). NaN ("undefined here") is left out of a
+span's pool; a token all of whose characters are undefined is undefined.
+
+The level is the hypothesis's declaration (``level="char" | "word" | "token" |
+"symbol" | "record"``; ``"symbol"`` is the token here, ``"record"`` one value
+read at every token). Undeclared, it is the one level whose count equals the
+output's length; when the record's characters, words and tokens coincide in
+number for two or more of them (``'🤖xy'``: 3 characters and 3 tokens), the
+length cannot say which was meant and a :class:`HypothesisError` asks for
+``level=`` (equal counts never decide).
 The tokenizer and the pooling enter the family's fingerprint, so the
 hypothesis cache never serves character values to tokens or one tokenizer's
 tokens to another.
@@ -22,7 +30,6 @@ tokens to another.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import HypothesisError
-from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family
+from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family, wrapped_fingerprint
 
 POOLS = ("first", "last", "mean", "any")
 DEFAULT_POOL = {"binary": "any", "continuous": "mean", "categorical": "first"}
@@ -82,12 +89,50 @@ def pool_spans(values: np.ndarray, spans: list[tuple[int, int]], how: str) -> np
             out[j] = seg.mean(0)
         else:
             out[j] = seg.max(0)
+    if np.isnan(values).any():
+        _pool_defined(values, spans, how, out, covered)
     if how != "any" and covered.any() and not covered.all():
         # index of the last covered token at or before each token; leading empties
         # (no covered token before them) take the first covered one
         last = np.maximum.accumulate(np.where(covered, np.arange(len(spans)), -1))
         out = out[np.where(last < 0, int(np.argmax(covered)), last)]
     return out
+
+
+def _pool_defined(
+    values: np.ndarray,
+    spans: list[tuple[int, int]],
+    how: str,
+    out: np.ndarray,
+    covered: np.ndarray,
+) -> None:
+    """Re-pool, in place, the spans that hold an undefined (NaN) value over the defined ones.
+
+    ``"first"``/``"last"`` take the first/last *defined* character; a span whose every
+    character is undefined is undefined (NaN). Only rows with a NaN are touched, so a
+    hypothesis without NaN pools exactly as before.
+    """
+    n = len(values)
+    for j, (s, e) in enumerate(spans):
+        s, e = max(s, 0), min(e, n)
+        if e <= s or not covered[j]:
+            continue
+        seg = values[s:e]
+        bad = np.isnan(seg)
+        if not bad.any():
+            continue
+        for k in np.flatnonzero(bad.any(0)):
+            col = seg[~bad[:, k], k]
+            if not len(col):
+                out[j, k] = np.nan
+            elif how == "first":
+                out[j, k] = col[0]
+            elif how == "last":
+                out[j, k] = col[-1]
+            elif how == "mean":
+                out[j, k] = col.mean()
+            else:
+                out[j, k] = col.max()
 
 
 def word_spans(record: str) -> list[tuple[int, int]]:
@@ -104,6 +149,7 @@ class AlignedFamily(HypothesisFamily):
         self.name = family.name
         self.kind = family.kind
         self.categories = family.categories
+        self.level = "token"  # what it returns; the family's own level is read in _evaluate
 
     def signals(self) -> list[str]:
         return self.family.signals()
@@ -118,25 +164,19 @@ class AlignedFamily(HypothesisFamily):
             raise HypothesisError(str(exc).replace("record -1", f"record {record[:40]!r}")) from exc
 
     def _evaluate(self, record: Any) -> np.ndarray:
-        raw = self.family.evaluate(record)
         spans = self.model.offsets(record)
+        declared = getattr(self.family, "level", None)
+        if declared == "record":  # one value, read at every token
+            return evaluate_family(self.family, record, len(spans), -1)
+        raw = self.family.evaluate(record)
         n = _length(raw)
-        n_chars, words = len(record), None
-        if n != n_chars:
-            words = word_spans(record)
-        if n == n_chars:
-            level = "character"
-        elif n == len(words):
-            level = "word"
-        elif n == len(spans):
-            return evaluate_family(_Given(self.family, raw), record, n, -1)
-        else:
-            raise HypothesisError(
-                f"hypothesis {self.name!r} returned {n} values for a record of {n_chars} "
-                f"characters, {len(words)} words and {len(spans)} tokens of model "
-                f"{self.model.name!r}: {record[:40]!r}; return one value per character or word."
-            )
-        values = evaluate_family(_Given(self.family, raw), record, n, -1)
+        words = word_spans(record)
+        level = declared or self._level(record, n, len(words), len(spans))
+        if level in ("token", "symbol"):
+            return evaluate_family(_Given(self.family, raw), record, len(spans), -1)
+        values = evaluate_family(
+            _Given(self.family, raw), record, len(record) if level == "char" else len(words), -1
+        )
         if level == "word" and getattr(self.model, "record_pool", None):
             spans = [(0, len(words))]  # one record-level symbol: every word
         elif level == "word":
@@ -146,20 +186,39 @@ class AlignedFamily(HypothesisFamily):
             at = np.maximum(np.searchsorted(starts, [s for s, _ in spans], "right") - 1, 0)
             spans = [(int(w), int(w) + int(e > s)) for w, (s, e) in zip(at, spans, strict=True)]
         cols = []
+        # a one-vs-rest indicator pools as its categorical parent does (OneVsRest.pool_kind)
+        kind_of = getattr(self.family, "pool_kind", self.family.kind_of)
         for k, sig in enumerate(self.signals()):
-            how = self.model.pool[self.family.kind_of(sig)]
+            how = self.model.pool[kind_of(sig)]
             cols.append(pool_spans(values[:, k : k + 1], spans, how))
         return np.concatenate(cols, axis=1)
+
+    def _level(self, record: str, n: int, n_words: int, n_tokens: int) -> str:
+        """The one level whose count is ``n``; a HypothesisError if none or several are."""
+        counts = {"char": len(record), "word": n_words, "token": n_tokens}
+        fits = [lvl for lvl, c in counts.items() if c == n]
+        if len(fits) == 1:
+            return fits[0]
+        said = f"{len(record)} characters, {n_words} words and {n_tokens} tokens"
+        if not fits:
+            raise HypothesisError(
+                f"hypothesis {self.name!r} returned {n} values for a record of {said} of "
+                f"model {self.model.name!r}: {record[:40]!r}; return one value per character, "
+                "word or token (and declare which with level=...)."
+            )
+        raise HypothesisError(
+            f"hypothesis {self.name!r} returned {n} values for record {record[:40]!r}, which "
+            f"has {said} of model {self.model.name!r}: its values could be per "
+            f"{' or per '.join(fits)}, and equal counts do not say which. Declare it: "
+            f"@dl.hypothesis(..., level={fits[0]!r}) (one of {', '.join(map(repr, fits))}), "
+            "or level= on the hypothesis family."
+        )
 
     def get_params(self) -> dict[str, Any]:
         return {"family": self.family.get_params(), "space": self.model.symbol_space}
 
     def fingerprint(self) -> str | None:
-        inner = self.family.fingerprint()
-        if inner is None:
-            return None
-        blob = f"{inner}|aligned|{self.model.symbol_space}".encode()
-        return hashlib.sha256(blob).hexdigest()
+        return wrapped_fingerprint(self.family, f"aligned|{self.model.symbol_space}")
 
     def __repr__(self) -> str:
         return f"<AlignedFamily {self.name!r} -> tokens of {self.model.name!r}>"

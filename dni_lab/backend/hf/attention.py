@@ -53,7 +53,7 @@ def has_target(pair: Pair, name: str | None = None) -> Any:
         return [0.0 if j is None else 1.0 for j in pair(record)]
 
     fn.__name__ = name or f"has_{getattr(pair, '__name__', 'target')}"
-    return hypothesis(kind="binary")(fn)
+    return hypothesis(kind="binary", level="token")(fn)
 
 
 def read(weights: torch.Tensor, index: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

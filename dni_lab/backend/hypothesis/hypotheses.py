@@ -9,6 +9,7 @@ hypothesis is a family of one signal.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,15 @@ from ..errors import HypothesisError
 from .fingerprint import family_fingerprint
 
 KINDS = ("binary", "continuous", "categorical")
+
+#: What one value of a hypothesis stands for. ``"char"``, ``"word"`` and ``"token"``:
+#: one value per character, whitespace-separated word or tokenizer token of a text
+#: record; ``"symbol"``: one per symbol of the model that reads it (its own units of
+#: input); ``"record"``: one value per record, read at each of its symbols. A model
+#: whose symbols are the records' own elements (a plain ``dl.Model``) reads every
+#: level but ``"record"`` as its symbols; a tokenizer's model pools ``"char"`` and
+#: ``"word"`` values onto its tokens (:mod:`dni_lab.backend.hf.align`).
+LEVELS = ("char", "word", "token", "symbol", "record")
 
 
 @dataclass(frozen=True)
@@ -33,11 +43,18 @@ class HypothesisInfo:
         Binary signals are 0/1; categorical signals hold integer codes.
     n_categories : int or None
         Number of categories of a categorical hypothesis (codes ``0..n-1``).
+    parent : str or None
+        For a category's one-vs-rest indicator (``"{parent}={value}"``, see
+        :mod:`.one_vs_rest`): the categorical hypothesis it comes from.
+    value : int or None
+        That indicator's category code.
     """
 
     name: str
     kind: str = "continuous"
     n_categories: int | None = None
+    parent: str | None = None
+    value: int | None = None
 
 
 class HypothesisFamily:
@@ -54,11 +71,15 @@ class HypothesisFamily:
         a single signal whose name equals the family's.
     kind : str or dict
         One kind for all signals or a ``{signal: kind}`` mapping.
+    level : str or None
+        What one value stands for, one of :data:`LEVELS`; None leaves it to the
+        model, which reads it only where exactly one level fits the output's length.
     """
 
     name: str = "family"
     kind: str | Mapping[str, str] = "binary"
     categories: Mapping[str, int] | None = None
+    level: str | None = None
 
     def signals(self) -> list[str]:
         """Names of the signals, known before any record is read."""
@@ -126,6 +147,7 @@ class Hypothesis(HypothesisFamily):
         name: str | None = None,
         kind: str = "binary",
         categories: int | None = None,
+        level: str | None = None,
     ) -> None:
         if not callable(fn):
             raise HypothesisError(
@@ -135,6 +157,7 @@ class Hypothesis(HypothesisFamily):
         self.name = name or _callable_name(fn)
         self.kind = kind
         self.categories = {self.name: categories} if categories is not None else None
+        self.level = check_level(self.name, level)
         functools.update_wrapper(self, fn, updated=())
         self.kind_of(self.name)
 
@@ -145,7 +168,10 @@ class Hypothesis(HypothesisFamily):
         return {self.name: self.fn(record)}
 
     def get_params(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "categories": self.categories}
+        out = {"name": self.name, "kind": self.kind, "categories": self.categories}
+        if self.level is not None:  # only then: undeclared hypotheses keep their cache keys
+            out["level"] = self.level
+        return out
 
     def fingerprint(self) -> str | None:
         return family_fingerprint(self, self.fn)
@@ -167,12 +193,14 @@ class FunctionFamily(HypothesisFamily):
         name: str | None = None,
         kind: str | Mapping[str, str] = "binary",
         categories: Mapping[str, int] | None = None,
+        level: str | None = None,
     ) -> None:
         self.fn = fn
         self.signal_names = list(signals)
         self.name = name or _callable_name(fn)
         self.kind = kind
         self.categories = dict(categories) if categories else None
+        self.level = check_level(self.name, level)
         for s in self.signal_names:
             self.kind_of(s)
 
@@ -183,12 +211,15 @@ class FunctionFamily(HypothesisFamily):
         return self.fn(record)
 
     def get_params(self) -> dict[str, Any]:
-        return {
+        out = {
             "signals": self.signal_names,
             "name": self.name,
             "kind": self.kind,
             "categories": self.categories,
         }
+        if self.level is not None:
+            out["level"] = self.level
+        return out
 
     def fingerprint(self) -> str | None:
         return family_fingerprint(self, self.fn)
@@ -200,13 +231,18 @@ def hypothesis(
     name: str | None = None,
     kind: str = "binary",
     categories: int | None = None,
+    level: str | None = None,
 ) -> Any:
     """Declare a hypothesis: ``record -> one value per symbol``.
 
     Usable bare (``@dl.hypothesis``) or with arguments
-    (``@dl.hypothesis(kind="continuous")``). Plain callables work without it;
-    the decorator adds a name, a kind and (for categorical signals) the number
-    of categories.
+    (``@dl.hypothesis(kind="continuous", level="token")``). Plain callables work
+    without it; the decorator adds a name, a kind, (for categorical signals) the
+    number of categories and the level: what one value stands for, one of
+    :data:`LEVELS` (``"char"``, ``"word"``, ``"token"``, ``"symbol"``, ``"record"``).
+    Without a level, a model reads the values at the one level whose count equals
+    their number, and raises when several levels have that count. A value NaN or
+    None means "undefined at this symbol": every measure leaves it out.
 
     Examples
     --------
@@ -217,8 +253,8 @@ def hypothesis(
     [False, True]
     """
     if fn is not None:
-        return Hypothesis(fn, name=name, kind=kind, categories=categories)
-    return lambda f: Hypothesis(f, name=name, kind=kind, categories=categories)
+        return Hypothesis(fn, name=name, kind=kind, categories=categories, level=level)
+    return lambda f: Hypothesis(f, name=name, kind=kind, categories=categories, level=level)
 
 
 def hypothesis_family(
@@ -227,9 +263,32 @@ def hypothesis_family(
     name: str | None = None,
     kind: str | Mapping[str, str] = "binary",
     categories: Mapping[str, int] | None = None,
+    level: str | None = None,
 ) -> Callable[[Callable], FunctionFamily]:
-    """Declare a family: ``record -> {signal: values}`` (one expensive pass, many signals)."""
-    return lambda f: FunctionFamily(f, signals, name=name, kind=kind, categories=categories)
+    """Declare a family: ``record -> {signal: values}`` (one expensive pass, many signals).
+
+    ``level`` is what one value stands for, as in :func:`hypothesis`.
+    """
+    return lambda f: FunctionFamily(
+        f, signals, name=name, kind=kind, categories=categories, level=level
+    )
+
+
+def wrapped_fingerprint(inner: HypothesisFamily, how: str) -> str | None:
+    """The fingerprint of a family that reads ``inner`` and changes it by ``how`` (a text
+    naming the change and its parameters), or None where ``inner`` has none."""
+    fp = inner.fingerprint()
+    return None if fp is None else hashlib.sha256(f"{fp}|{how}".encode()).hexdigest()
+
+
+def check_level(name: str, level: str | None) -> str | None:
+    """``level`` if it is one of :data:`LEVELS` (or None); else a HypothesisError."""
+    if level is not None and level not in LEVELS:
+        raise HypothesisError(
+            f"hypothesis {name!r} declares level {level!r}; use one of {LEVELS} "
+            "(or leave level=None where only one level fits its values' count)."
+        )
+    return level
 
 
 def as_family(obj: Any) -> HypothesisFamily:
@@ -256,10 +315,14 @@ def evaluate_family(
 ) -> np.ndarray:
     """Run ``family`` on one record and validate: returns float32 ``(n_symbols, n_signals)``.
 
+    A family of level ``"record"`` returns one value per signal, which every symbol
+    of the record reads. NaN (or None) stays NaN: "undefined at this symbol", which
+    the measures leave out.
+
     Raises
     ------
     HypothesisError
-        On wrong length, non-numeric values, NaN/inf, or missing/unknown signals;
+        On wrong length, non-numeric values, inf, or missing/unknown signals;
         the message names the hypothesis, the record index and both lengths.
     """
     sigs = family.signals()
@@ -272,6 +335,8 @@ def evaluate_family(
             f"hypothesis {family.name!r} raised {type(exc).__name__} on record {record_index}: "
             f"{exc}"
         ) from exc
+    if getattr(family, "level", None) == "record":
+        out = _per_record(family, out, n_symbols, record_index)
     if isinstance(out, Mapping):
         missing = [s for s in sigs if s not in out]
         if missing:
@@ -290,6 +355,31 @@ def evaluate_family(
             f"expected ({n_symbols}, {len(sigs)}): one row per symbol, one column per signal."
         )
     _check_values(family, family.name, arr, n_symbols, record_index)
+    return arr
+
+
+def _per_record(fam: HypothesisFamily, out: Any, n: int, idx: int) -> Any:
+    """A record-level output (one value per signal) repeated at each of ``n`` symbols."""
+    sigs = fam.signals()
+    if isinstance(out, Mapping):
+        return {s: np.repeat(_one_value(fam, s, out[s], idx), n) for s in sigs if s in out}
+    arr = _numeric(fam, fam.name, out, idx).reshape(-1)
+    if arr.size != len(sigs):
+        raise HypothesisError(
+            f"hypothesis {fam.name!r} has level='record' but returned {arr.size} values on "
+            f"record {idx}; return one value per signal ({len(sigs)}), not one per symbol."
+        )
+    return np.repeat(arr[None, :], n, axis=0)
+
+
+def _one_value(fam: HypothesisFamily, sig: str, value: Any, idx: int) -> np.ndarray:
+    label = fam.name if sig == fam.name else f"{fam.name}.{sig}"
+    arr = _numeric(fam, label, [value] if np.ndim(value) == 0 else value, idx).reshape(-1)
+    if arr.size != 1:
+        raise HypothesisError(
+            f"hypothesis {label!r} has level='record' but returned {arr.size} values on "
+            f"record {idx}; return one value for the record."
+        )
     return arr
 
 
@@ -329,11 +419,11 @@ def _check_values(fam: HypothesisFamily, label: str, arr: np.ndarray, n: int, id
             f"hypothesis {label!r} returned {arr.shape[0]} values for record {idx}, "
             f"which has {n} symbols; return exactly one value per symbol."
         )
-    if not np.isfinite(arr).all():
-        bad = int(np.argwhere(~np.isfinite(arr))[0][0])
+    if np.isinf(arr).any():  # NaN is "undefined here"; an infinity is a bug
+        bad = int(np.argwhere(np.isinf(arr))[0][0])
         raise HypothesisError(
-            f"hypothesis {label!r} returned NaN or inf at symbol {bad} of record {idx}; "
-            "hypothesis values must be finite."
+            f"hypothesis {label!r} returned inf at symbol {bad} of record {idx}; "
+            "return a finite value, or NaN/None where the hypothesis is undefined."
         )
 
 
