@@ -89,15 +89,16 @@ def test_wrong_length_names_hypothesis_record_and_lengths(char_model, records):
     )
 
 
-def test_nan_and_non_numeric_hypotheses(char_model, records):
-    def nan_hyp(r):
-        return [float("nan")] * len(r)
+def test_inf_and_non_numeric_hypotheses(char_model, records):
+    # NaN is "undefined here", not an error (tests/test_undefined_values.py)
+    def inf_hyp(r):
+        return [float("inf")] * len(r)
 
     def words(r):
         return ["x"] * len(r)
 
-    with pytest.raises(dl.HypothesisError, match="'nan_hyp'.*NaN"):
-        dl.inspect([char_model], [nan_hyp], ["corr"], records, units=[("lstm", "*")])
+    with pytest.raises(dl.HypothesisError, match="'inf_hyp'.*inf"):
+        dl.inspect([char_model], [inf_hyp], ["corr"], records, units=[("lstm", "*")])
     with pytest.raises(dl.HypothesisError, match="'words'.*non-numeric"):
         dl.inspect([char_model], [words], ["corr"], records, units=[("lstm", "*")])
 

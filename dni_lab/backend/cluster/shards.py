@@ -34,8 +34,8 @@ from ..measures import Measure
 #: was read (emptied by a fork; everything else, the calibration, is kept). A user
 #: measure that calibrates gives itself a ``fork(state)`` method instead.
 _COUNTS: dict[str, tuple[str, ...]] = {
-    "IoU": ("inter", "a", "b", "n", "n_records"),
-    "MutualInformation": ("joint", "u_count", "n", "n_records"),
+    "IoU": ("inter", "a", "b", "n", "n_records", "n_undef", "a_undef"),
+    "MutualInformation": ("joint", "u_count", "n", "n_records", "n_undef", "u_undef"),
 }
 
 

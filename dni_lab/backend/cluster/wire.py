@@ -109,6 +109,8 @@ def encode(res: MeasureResult, known: str | None) -> tuple[str, dict[str, Any] |
     small = np.uint8 if len(texts) <= 256 else np.int32  # a handful of reasons: a byte each
     out["reason_codes"] = np.array(codes, small).reshape(res.reason.shape)
     out["reason_texts"] = list(texts)
+    if res.n_undefined is not None:  # undefined hypothesis values left out, per pair
+        out["n_undefined"] = np.ascontiguousarray(res.n_undefined)
     h = hashlib.sha256()
     for k in sorted(out):
         v = out[k]
@@ -129,7 +131,8 @@ def decode(p: dict[str, Any]) -> MeasureResult:
     texts = np.empty(len(p["reason_texts"]), dtype=object)
     texts[:] = p["reason_texts"]
     return MeasureResult(p["unit_score"], rows("group_score"), p["err"],
-                         texts[p["reason_codes"]], rows("group_err"))  # fmt: skip
+                         texts[p["reason_codes"]], rows("group_err"),
+                         p.get("n_undefined"))  # fmt: skip
 
 
 def no_result(state: Any) -> MeasureResult:

@@ -28,6 +28,9 @@ SCHEMA: dict[str, pl.DataType] = {
     "converged": pl.Boolean(),
     "group": pl.String(),
     "reason": pl.String(),
+    # real symbols of the records read where the hypothesis was undefined (NaN/None) and
+    # left out of the score; null where the measure does not say
+    "n_undefined": pl.Int64(),
 }
 
 
@@ -78,7 +81,8 @@ def score_rows(
         The measure's name.
     result : MeasureResult
         Arrays of shape ``(n_units, n_hyps)``; NaN scores become nulls, so a sort
-        never meets a NaN and a null always comes with its ``reason``.
+        never meets a NaN and a null always comes with its ``reason``. Its
+        ``n_undefined`` fills the column of that name (null where it is None).
     n_records, converged : int/bool or array of shape ``(n_units, n_hyps)``
         Records read for each pair, and whether the pair converged.
 
@@ -97,6 +101,8 @@ def score_rows(
         return np.broadcast_to(np.asarray(a), shape).reshape(-1).astype(dtype)
 
     group = labels.group
+    und = result.n_undefined
+    n_undefined = [None] * (nu * nh) if und is None else flat(und, np.int64)
     return pl.DataFrame(
         {
             "mid": np.repeat(labels.mid, nu * nh),
@@ -113,6 +119,7 @@ def score_rows(
             "group": np.repeat(group, nu * nh) if isinstance(group, str) else per_unit(group),
             # a list, not an object array: polars refuses to cast an all-None object column
             "reason": [None if r is None else str(r) for r in result.reason.reshape(-1)],
+            "n_undefined": n_undefined,
         },
         schema=SCHEMA,
         nan_to_null=True,

@@ -97,6 +97,10 @@ class MeasureState:
             self.frozen_records = np.zeros(shape, dtype=np.int64)
         for name in ("unit_score", "group_score", "err", "reason"):
             getattr(self.frozen, name)[new] = getattr(current, name)[new]
+        if current.n_undefined is not None:  # counted up to where each pair converged
+            if self.frozen.n_undefined is None:
+                self.frozen.n_undefined = np.zeros(self.converged.shape)
+            self.frozen.n_undefined[new] = current.n_undefined[new]
         assert self.frozen_records is not None
         self.frozen_records[new] = records_read
         self.converged |= new
@@ -204,11 +208,15 @@ class MeasureState:
         n_records: np.ndarray | int = records_read
         if self.frozen is not None:
             keep = self.converged
+            und = current.n_undefined
+            if und is not None and self.frozen.n_undefined is not None:
+                und = np.where(keep, self.frozen.n_undefined, und)
             result = MeasureResult(
                 unit_score=np.where(keep, self.frozen.unit_score, current.unit_score),
                 group_score=np.where(keep, self.frozen.group_score, current.group_score),
                 err=np.where(keep, self.frozen.err, current.err),
                 reason=np.where(keep, self.frozen.reason, current.reason),
+                n_undefined=und,
             )
             n_records = np.where(keep, self.frozen_records, records_read)
         if self.open_reason is not None and not complete:
@@ -218,6 +226,7 @@ class MeasureState:
                 group_score=result.group_score,
                 err=result.err,
                 reason=np.where(has, self.open_reason, result.reason),
+                n_undefined=result.n_undefined,
             )
         converged = self.converged | complete
         return score_rows(self.labels(), hids, self.measure.name, result, n_records, converged)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..hypothesis.hypotheses import HypothesisInfo
-from .base import Measure, MeasureResult, kind_mask
+from .base import Measure, MeasureResult, kind_mask, undefined
 
 F64 = torch.float64
 
@@ -45,19 +45,46 @@ class SymbolMeasure(Measure):
     """A measure that reads each block as its real symbols, padding dropped.
 
     :meth:`update` counts the block's records on the state (every built-in state
-    has ``n_records``) and hands the real symbols, float32 matrices ``(N, n_units)``
-    and ``(N, n_hyps)``, to :meth:`fold`; a block without real symbols changes
-    nothing else.
+    has ``n_records``) and its undefined cells per hypothesis (``n_undef``), and
+    hands the real symbols, float32 matrices ``(N, n_units)`` and ``(N, n_hyps)``,
+    to :meth:`fold`; a block without real symbols changes nothing else. ``Hf`` is
+    NaN where a hypothesis is undefined: :meth:`fold` leaves those cells out.
     """
 
     def update(self, state: Any, U: torch.Tensor, H: torch.Tensor, mask: torch.Tensor) -> Any:
         state.n_records += int(U.shape[0])
+        count_undefined(state, H, mask)
         Uf, Hf = as_block(U, H, mask)
         return self.fold(state, Uf, Hf) if Uf.shape[0] else state
 
     def fold(self, state: Any, Uf: torch.Tensor, Hf: torch.Tensor) -> Any:
         """Fold ``N > 0`` real symbols into ``state`` and return the state."""
         raise NotImplementedError
+
+
+def count_undefined(state: Any, H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """Add the block's undefined cells per hypothesis to ``state.n_undef``; return them.
+
+    ``state.n_undef`` stays None until a block holds one (float64 ``(n_hyps,)`` after).
+    The ``(R, T, n_hyps)`` cells (:func:`~.base.undefined`) are returned, or None.
+    """
+    und = undefined(H, mask)
+    if und is not None:
+        state.n_undef = add_counts(state.n_undef, und.sum((0, 1)).to(F64))
+    return und
+
+
+def add_counts(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """``a + b`` where None is nothing counted (the merge of optional counters)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b.to(a.device)
+
+
+def n_undefined(state: Any, n_hyps: int) -> np.ndarray:
+    """The state's undefined cells per hypothesis, as float64 ``(n_hyps,)`` (0 where none)."""
+    count = getattr(state, "n_undef", None)
+    return np.zeros(n_hyps) if count is None else count.cpu().numpy()
 
 
 def binary_reasons(reason: np.ndarray, n_true: np.ndarray, n_false: np.ndarray) -> None:
@@ -113,6 +140,14 @@ def kind_reasons(
     ok = kind_mask(info, n_hyps, kinds)
     for j in np.flatnonzero(~ok):
         text = f"{measure} cannot score {info[j].kind} hypotheses (it accepts {', '.join(kinds)})"
+        if info[j].kind == "categorical" and "binary" in kinds:  # codes are no quantity
+            text += (
+                f"; it scores each category as its own binary hypothesis: the rows "
+                f"'{info[j].name}=<code>'"
+                if info[j].n_categories
+                else "; declare categories=N on the hypothesis to score each category "
+                "one-vs-rest (rows '<hid>=<code>')"
+            )
         set_reason(reason, (np.arange(n_hyps) == j)[None, :], text)
 
 
@@ -127,13 +162,19 @@ def finish(
     score: np.ndarray,
     reason: np.ndarray,
     group: np.ndarray | None = None,
+    state: Any = None,
 ) -> MeasureResult:
-    """NaN every score with a reason; independent measures reuse the unit score as group score."""
+    """NaN every score with a reason; independent measures reuse the unit score as group score.
+
+    ``state``'s ``n_undef`` (undefined cells per hypothesis) becomes the result's
+    ``n_undefined``.
+    """
     score = np.where(reason == None, score, np.nan)  # noqa: E711
     if group is None:
         group = score.copy()
     err = np.full(score.shape, np.nan)
-    return MeasureResult(score, group, err, reason)
+    und = None if state is None else n_undefined(state, score.shape[1])
+    return MeasureResult(score, group, err, reason, n_undefined=und)
 
 
 def chan(

@@ -9,6 +9,13 @@ A block is three aligned tensors on the run's device:
 ``R`` records, padded to ``T`` symbols. Padding must never reach a statistic.
 Measures that need independent units of observation (folds, effective sample
 sizes) use the record axis; the rest flatten ``U[mask]``.
+
+``H`` is NaN where a hypothesis is *undefined* at a real symbol (its function
+returned NaN or None there). Such a (symbol, hypothesis) cell is left out of that
+hypothesis's statistics, and only of those: :func:`undefined` gives the cells,
+:func:`filled` a copy of ``H`` safe for products. A block without NaN takes each
+measure's usual path unchanged. Measures report how many cells they left out per
+hypothesis in :attr:`MeasureResult.n_undefined` (the frame's ``n_undefined``).
 """
 
 from __future__ import annotations
@@ -32,10 +39,12 @@ __all__ = [
     "Measure",
     "MeasureResult",
     "StateShape",
+    "filled",
     "flatten_block",
     "kind_mask",
     "stop_check",
     "stop_requested",
+    "undefined",
 ]
 
 # Set by the engine while it folds a block, so that a long update can give way to a Stop.
@@ -62,6 +71,7 @@ def stop_check(check: Callable[[], bool]) -> Iterator[None]:
     finally:
         _STOP.reset(token)
 
+
 @dataclass
 class MeasureResult:
     """Scores of one measure state.
@@ -79,6 +89,9 @@ class MeasureResult:
     #: A joint measure's error of the group score alone (``err`` bounds both scores of a
     #: row). Where it is within eps the group's score has settled, though a unit's may not.
     group_err: np.ndarray | None = None
+    #: Real symbols read where each hypothesis was undefined (NaN) and left out, ``(n_hyps,)``
+    #: or per pair; None where the measure does not count them.
+    n_undefined: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         shape = self.unit_score.shape
@@ -87,6 +100,8 @@ class MeasureResult:
         names = ["group_score", "err", "reason"]
         if self.group_err is not None:
             names.append("group_err")
+        if self.n_undefined is not None:
+            names.append("n_undefined")
         for name in names:
             arr = getattr(self, name)
             if arr.shape != shape:
@@ -142,12 +157,17 @@ class Measure:
         Hypothesis kinds the measure accepts; others get null scores with a reason.
     has_error : bool
         Whether :meth:`result` returns an error estimate usable for early stopping.
+    one_vs_rest : bool
+        Whether it reads a categorical hypothesis as one binary indicator per category
+        (``"{hid}={code}"`` rows, :mod:`~dni_lab.backend.hypothesis.one_vs_rest`) instead
+        of its codes; the engine adds those indicators when any measure of a run asks.
     """
 
     name: str = "measure"
     joint: bool = False
     kinds: tuple[str, ...] = KINDS
     has_error: bool = False
+    one_vs_rest: bool = False
 
     def start(
         self,
@@ -223,6 +243,21 @@ def flatten_block(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the real symbols of a block as two 2-D matrices ``(N, n_units)``, ``(N, n_hyps)``."""
     return U[mask], H[mask]
+
+
+def undefined(H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """``(R, T, n_hyps)`` bool: real symbols where a hypothesis is undefined (NaN).
+
+    None when there is none in the block (the usual case: measures keep their usual path).
+    """
+    # padding may hold anything (NaN too): only real symbols count
+    und = torch.isnan(H) & mask.to(device=H.device, dtype=torch.bool)[..., None]
+    return und if bool(und.any()) else None
+
+
+def filled(H: torch.Tensor) -> torch.Tensor:
+    """``H`` with 0 where it is undefined: finite, for products whose sums leave those cells out."""
+    return torch.nan_to_num(H, nan=0.0)
 
 
 def kind_mask(info: list[HypothesisInfo] | None, n_hyps: int, kinds: tuple[str, ...]) -> np.ndarray:

@@ -13,6 +13,11 @@ consecutive records are close to independent; they are dealt round-robin into
 bucket left out gives the variance of the pooled correlation. Unlike averaging
 per-group correlations, it stays right for rare hypotheses that most groups
 never see.
+
+A hypothesis undefined (NaN) at some symbols is correlated over the others, pair by
+pair: the moments read it as 0 there, and an :class:`~.moments.Excluded` beside them
+(the units' raw sums over those symbols, in total and per bucket) takes them back
+out (:func:`~.moments.defined`). Blocks without undefined values cost nothing more.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import torch
 from scipy.special import stdtrit
 
 from ..extraction.sparse_block import SparseBlock
-from .base import HypothesisInfo, Measure, MeasureResult, kind_mask
-from .moments import Moments, block_mean, fold, index, rolled, sum_groups
+from ._common import add_counts, count_undefined, kind_reasons, set_reason
+from .base import HypothesisInfo, Measure, MeasureResult, filled, kind_mask
+from .moments import Excluded, Moments, block_mean, defined, fold, index, rolled, sum_groups
 
 _F64 = torch.float64
 
@@ -37,6 +43,10 @@ class CorrState:
     n_groups: int  # groups of records folded so far (decides the next bucket)
     n_records: int
     scorable: np.ndarray  # (H,) hypothesis kinds this measure accepts
+    info: list[HypothesisInfo] | None = None
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined
+    x_total: Excluded | None = None  # the units over those symbols, every group
+    x_buckets: Excluded | None = None  # the same per bucket (K, ...)
 
     @property
     def n(self) -> torch.Tensor:
@@ -78,8 +88,11 @@ class Corr(Measure):
 
     name = "corr"
     joint = False
-    kinds = ("binary", "continuous", "categorical")
+    # categorical codes are no quantity: each category is scored as its own binary
+    # indicator (one_vs_rest), never the codes
+    kinds = ("binary", "continuous")
     has_error = True
+    one_vs_rest = True
 
     def __init__(
         self,
@@ -100,11 +113,17 @@ class Corr(Measure):
             n_groups=0,
             n_records=0,
             scorable=kind_mask(info, n_hyps, self.kinds),
+            info=info,
         )
 
     def update(self, state: CorrState, U, H, mask):
         if not bool(mask.any()):
             return state
+        und = count_undefined(state, H, mask)
+        x_groups = None
+        if und is not None:  # read as 0 here, then taken back out per pair (Excluded)
+            H = filled(H)
+            x_groups = self._excluded_groups(U, und, mask)
         # Shifting by an approximate mean keeps float32 products as accurate as centered
         # ones. The shift is the block's own mean, never the running one: the float32
         # rounding of a block's moments then depends on the block alone, so states that
@@ -148,7 +167,21 @@ class Corr(Measure):
         # correlation of a rarely active unit, and took most of the update's time.
         q_u = torch.zeros(G, U.shape[2], dtype=_F64, device=U.device)
         q_u.index_add_(0, grp, Ud.square_().sum(1).to(_F64))
-        return self._fold_groups(state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S)
+        return self._fold_groups(
+            state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S, x_groups
+        )
+
+    def _excluded_groups(self, U, und, mask) -> Excluded:
+        """Per group of records: the units' raw float64 sums where each hypothesis is undefined."""
+        g, R = self.group_records, int(U.shape[0])
+        Um = torch.where(mask[..., None], U, 0.0).to(_F64)  # padding may hold anything
+        X = und.to(_F64)
+        parts = []
+        for lo in range(0, R, g):
+            u = Um[lo : lo + g].reshape(-1, U.shape[2])
+            x = X[lo : lo + g].reshape(-1, X.shape[2])
+            parts.append((x.sum(0), u.T @ x, (u * u).T @ x))
+        return Excluded(*(torch.stack(t) for t in zip(*parts, strict=True)))
 
     def update_sparse(self, state: CorrState, Z: SparseBlock, H, mask):
         """:meth:`update` for latents given as their nonzeros (a TopK or JumpReLU set).
@@ -160,6 +193,8 @@ class Corr(Measure):
         """
         if not bool(mask.any()):
             return state
+        if bool(torch.isnan(H[mask]).any()):  # undefined values: the dense path leaves them out
+            return self.update(state, Z.dense(), H, mask)
         R, T, k = Z.values.shape
         g, D, dev = self.group_records, Z.width, Z.values.device
         G = -(-R // g)
@@ -180,11 +215,19 @@ class Corr(Measure):
         zero_h = torch.zeros(H.shape[2], dtype=_F64, device=dev)
         return self._fold_groups(state, R, zero_u, zero_h, cnt, s_u, s_h, q_u, q_h, S)
 
-    def _fold_groups(self, state: CorrState, n_records: int, su, sh, cnt, s_u, s_h, q_u, q_h, S):
-        """Fold the groups' sums (shifted by ``su``, ``sh``) into the total and buckets."""
+    def _fold_groups(
+        self, state: CorrState, n_records: int, su, sh, cnt, s_u, s_h, q_u, q_h, S,
+        x_groups: Excluded | None = None,
+    ):  # fmt: skip
+        """Fold the groups' sums (shifted by ``su``, ``sh``) into the total and buckets.
+
+        ``x_groups``: the groups' sums over undefined symbols (:meth:`_excluded_groups`).
+        """
         keep = cnt > 0
         if not bool(keep.all()):
             cnt, s_u, s_h, q_u, q_h, S = (x[keep] for x in (cnt, s_u, s_h, q_u, q_h, S))
+            if x_groups is not None:
+                x_groups = Excluded(x_groups.n[keep], x_groups.s[keep], x_groups.q[keep])
         c = cnt.clamp_min(1.0)[:, None]
         block = sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S)  # reads S before it turns
         # The groups' co-moments, in place: S - s_u (s_h / n)ᵀ (one pass, no temporaries).
@@ -200,6 +243,8 @@ class Corr(Measure):
         state.total = state.total.combine(block)
         G = int(cnt.shape[0])
         slots = (state.n_groups + torch.arange(G)) % self.buckets
+        if x_groups is not None:
+            self._fold_excluded(state, x_groups, slots)
         # Fewer groups per block than buckets (the usual case): one vectorized union.
         for start in range(0, G, self.buckets):
             part = index(groups, slice(start, start + self.buckets))
@@ -208,35 +253,79 @@ class Corr(Measure):
         state.n_records += n_records
         return state
 
+    def _fold_excluded(self, state: CorrState, x: Excluded, slots: torch.Tensor) -> None:
+        dev = state.total.n.device
+        x = Excluded(x.n.to(dev), x.s.to(dev), x.q.to(dev))
+        if state.x_total is None:
+            K, (nu, nh) = self.buckets, x.s.shape[1:]
+            z = lambda *d: torch.zeros(*d, dtype=_F64, device=dev)  # noqa: E731
+            state.x_total = Excluded(z(nh), z(nu, nh), z(nu, nh))
+            state.x_buckets = Excluded(z(K, nh), z(K, nu, nh), z(K, nu, nh))
+        state.x_total = state.x_total + Excluded(x.n.sum(0), x.s.sum(0), x.q.sum(0))
+        idx = slots.to(dev)
+        b = state.x_buckets
+        b.n.index_add_(0, idx, x.n)
+        b.s.index_add_(0, idx, x.s)
+        b.q.index_add_(0, idx, x.q)
+
     def merge(self, a: CorrState, b: CorrState) -> CorrState:
+        shift = a.n_groups % self.buckets
+        x_total, x_buckets = a.x_total, a.x_buckets
+        if b.x_total is not None:  # b's groups continue a's round-robin, as its buckets do
+            dev = a.total.n.device
+            bt = Excluded(b.x_total.n.to(dev), b.x_total.s.to(dev), b.x_total.q.to(dev))
+            bb = Excluded(*(t.to(dev) for t in (b.x_buckets.n, b.x_buckets.s, b.x_buckets.q)))
+            bb = bb.rolled(shift)
+            x_total = bt if x_total is None else x_total + bt
+            x_buckets = bb if x_buckets is None else x_buckets + bb
         return CorrState(
             total=a.total.combine(b.total),
             # b's groups continue a's round-robin: its bucket k is a's bucket k + a.n_groups
-            buckets=a.buckets.combine(rolled(b.buckets, a.n_groups % self.buckets)),
+            buckets=a.buckets.combine(rolled(b.buckets, shift)),
             n_groups=a.n_groups + b.n_groups,
             n_records=a.n_records + b.n_records,
             scorable=a.scorable,
+            info=a.info,
+            n_undef=add_counts(a.n_undef, b.n_undef),
+            x_total=x_total,
+            x_buckets=x_buckets,
         )
 
     def result(self, state: CorrState, confidence: float = 0.95) -> MeasureResult:
         tot = state.total
-        n = float(tot.n)
-        r = tot.r().clamp(-1, 1).cpu().numpy()
-        var_u = (tot.m2_u / max(n, 1)).cpu().numpy()
-        var_h = (tot.m2_h / max(n, 1)).cpu().numpy()
-        mean_u2 = (tot.mean_u**2).cpu().numpy()
-        mean_h2 = (tot.mean_h**2).cpu().numpy()
+        n_h = tot.c_uh.shape[1]
+        if state.x_total is None:
+            n = np.full(n_h, float(tot.n))
+            r = tot.r().clamp(-1, 1).cpu().numpy()
+            m2_u, mean_u = tot.m2_u[:, None], tot.mean_u[:, None]
+            m2_h, mean_h = tot.m2_h, tot.mean_h
+        else:  # each pair over the symbols where its hypothesis is defined
+            pm = defined(tot, state.x_total)
+            n = pm.n.cpu().numpy()
+            r = pm.r().clamp(-1, 1).cpu().numpy()
+            m2_u, mean_u, m2_h, mean_h = pm.m2_u, pm.mean_u, pm.m2_h, pm.mean_h
+        safe = np.maximum(n, 1.0)
+        var_u = m2_u.cpu().numpy() / safe
+        var_h = m2_h.cpu().numpy() / safe
+        const_u = var_u <= self.rel_tol * np.maximum(mean_u.cpu().numpy() ** 2, 1.0)
+        const_h = var_h <= self.rel_tol * np.maximum(mean_h.cpu().numpy() ** 2, 1.0)
+        # the most fundamental reason first (the first written wins): a hypothesis that is
+        # constant nulls its rows as such, whatever its units do
         reason = np.full(r.shape, None, dtype=object)
-        const_u = var_u <= self.rel_tol * np.maximum(mean_u2, 1.0)
-        const_h = var_h <= self.rel_tol * np.maximum(mean_h2, 1.0)
-        reason[:, const_h] = "hypothesis is constant over the symbols read"
-        reason[const_u, :] = "unit is constant over the symbols read"
-        reason[:, ~state.scorable] = "corr cannot score this hypothesis kind"
-        if n < 3:
-            reason[:] = "fewer than 3 symbols read"
+        set_reason(
+            reason,
+            (n < 3)[None, :],
+            "fewer than 3 symbols read"
+            + (" where the hypothesis is defined" if state.x_total is not None else ""),
+        )
+        kind_reasons(reason, self.name, state.info, self.kinds)
+        set_reason(reason, const_h[None, :], "hypothesis is constant over the symbols read")
+        set_reason(reason, np.broadcast_to(const_u, r.shape),
+                   "unit is constant over the symbols read")  # fmt: skip
         r = np.where(reason == None, r, np.nan)  # noqa: E711
         err = self._error(state, r, confidence)
-        return MeasureResult(r, r.copy(), err, reason)
+        und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
+        return MeasureResult(r, r.copy(), err, reason, n_undefined=und)
 
     def _error(self, state: CorrState, r: np.ndarray, confidence: float) -> np.ndarray:
         """Half-width of the grouped-jackknife confidence interval of ``r``.
@@ -253,7 +342,10 @@ class Corr(Measure):
         k = self.buckets
         if state.n_groups < self.min_bucket_groups * k or bool((state.buckets.n == 0).any()):
             return np.full(r.shape, np.nan)
-        loo = state.total.without(state.buckets).r().clamp(-1, 1).cpu().numpy()  # (K, U, H)
+        loo_m = state.total.without(state.buckets)
+        if state.x_total is not None:  # each left-out bucket's undefined symbols too
+            loo_m = defined(loo_m, state.x_total - state.x_buckets)
+        loo = loo_m.r().clamp(-1, 1).cpu().numpy()  # (K, U, H)
         with np.errstate(invalid="ignore"):
             var = (k - 1) / k * ((loo - loo.mean(0)) ** 2).sum(0)
         err = stdtrit(k - 1, 0.5 + confidence / 2) * np.sqrt(var)

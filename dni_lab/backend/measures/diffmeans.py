@@ -19,6 +19,7 @@ from ..hypothesis.hypotheses import HypothesisInfo
 from ._common import (
     F64,
     SymbolMeasure,
+    add_counts,
     binary_reasons,
     chan,
     finish,
@@ -47,6 +48,7 @@ class DiffMeansState:
     m2_0: torch.Tensor | None
     info: list[HypothesisInfo] | None
     n_records: int = 0
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined, left out
 
 
 def _div(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -66,6 +68,7 @@ class DiffMeans(SymbolMeasure):
 
     name = "diffmeans"
     kinds = ("binary",)
+    one_vs_rest = True
 
     def __init__(self, standardize: bool = False):
         self.standardize = standardize
@@ -87,7 +90,7 @@ class DiffMeans(SymbolMeasure):
         )
 
     def fold(self, state: DiffMeansState, Uf: torch.Tensor, Hf: torch.Tensor) -> DiffMeansState:
-        B = (Hf > 0.5).float()
+        B = (Hf > 0.5).float()  # NaN (undefined) is in neither class: NaN > 0.5 is False
         mu = Uf.mean(0)
         Uc = Uf - mu  # centered so the float32 sums keep their digits
         s_all = Uc.sum(0).to(F64)  # float32 reductions: a float64 one would copy the block
@@ -95,7 +98,12 @@ class DiffMeans(SymbolMeasure):
         q = Uc * Uc
         q1 = (q.T @ B).to(F64) if state.m2_1 is not None else None
         sums = (s_all, s1, q.sum(0).to(F64), q1, B.sum(0).to(F64))
-        return self._fold_sums(state, Uf.shape[0], mu.to(F64), *sums)
+        class0 = None
+        if bool(torch.isnan(Hf).any()):  # class 0 is no longer "all but class 1": sum it too
+            B0 = (Hf <= 0.5).float()
+            q0 = (q.T @ B0).to(F64) if state.m2_1 is not None else None
+            class0 = ((Uc.T @ B0).to(F64), q0, B0.sum(0).to(F64))
+        return self._fold_sums(state, Uf.shape[0], mu.to(F64), *sums, class0=class0)
 
     def update_sparse(self, state: DiffMeansState, Z: SparseBlock, H, mask) -> DiffMeansState:
         """:meth:`update` for latents given as their nonzeros (a TopK or JumpReLU set).
@@ -103,6 +111,8 @@ class DiffMeans(SymbolMeasure):
         Each active latent adds its value (and square) to its row where the hypothesis
         holds: sparse × dense products in float64, ``N·k·H`` work for ``N`` symbols.
         """
+        if bool(torch.isnan(H[mask]).any()):  # undefined values: the dense path leaves them out
+            return self.update(state, Z.dense(), H, mask)
         state.n_records += int(Z.values.shape[0])
         keep = mask.reshape(-1)
         if not bool(keep.any()):
@@ -123,16 +133,23 @@ class DiffMeans(SymbolMeasure):
         zero = torch.zeros(D, dtype=F64, device=dev)
         return self._fold_sums(state, B.shape[0], zero, s_all, s1, q_all, q1, B.sum(0))
 
-    def _fold_sums(self, state, n, mu64, s_all, s1, q_all, q1, n1) -> DiffMeansState:
-        """Fold a block's sums of ``u - mu64`` (all, where h = 1, and squared) into the state."""
+    def _fold_sums(self, state, n, mu64, s_all, s1, q_all, q1, n1, class0=None) -> DiffMeansState:
+        """Fold a block's sums of ``u - mu64`` (all, where h = 1, and squared) into the state.
+
+        ``class0`` holds the sums where h = 0 ``(s0, q0, n0)`` when some symbols are in
+        neither class (undefined); otherwise class 0 is every symbol not in class 1.
+        """
         dev = state.mean_u.device
-        s0 = s_all[:, None] - s1
-        n0 = n - n1
+        if class0 is None:
+            s0, n0 = s_all[:, None] - s1, n - n1
+            q0 = None if q1 is None else q_all[:, None] - q1
+        else:
+            s0, q0, n0 = class0
         m2_1 = None
         m2_0 = None
         if q1 is not None:
             m2_1 = (q1 - s1 * _div(s1, n1)).clamp_min(0.0).to(dev)
-            m2_0 = ((q_all[:, None] - q1) - s0 * _div(s0, n0)).clamp_min(0.0).to(dev)
+            m2_0 = (q0 - s0 * _div(s0, n0)).clamp_min(0.0).to(dev)
         blk_u = (float(n), (mu64 + s_all / n).to(dev), (q_all - s_all * s_all / n).to(dev))
         _, state.mean_u, state.m2_u = chan(state.n, state.mean_u, state.m2_u, *blk_u)
         n1 = n1.to(dev)
@@ -155,7 +172,7 @@ class DiffMeans(SymbolMeasure):
         n0, mean0, m2_0 = chan(a.n0, a.mean0, a.m2_0, mv(b.n0), mv(b.mean0), mv(b.m2_0))
         return DiffMeansState(
             a.n + b.n, mean_u, m2_u, n1, n0, mean1, mean0, m2_1, m2_0,
-            a.info, a.n_records + b.n_records,
+            a.info, a.n_records + b.n_records, add_counts(a.n_undef, b.n_undef),
         )  # fmt: skip
 
     def result(self, state: DiffMeansState, confidence: float = 0.95) -> MeasureResult:
@@ -176,4 +193,4 @@ class DiffMeans(SymbolMeasure):
             set_reason(reason, var <= tiny, "unit is constant within each class: pooled std is 0")
             with np.errstate(divide="ignore", invalid="ignore"):
                 diff = diff / np.sqrt(var)
-        return finish(diff, reason)
+        return finish(diff, reason, state=state)

@@ -17,7 +17,14 @@ import torch
 
 from ..errors import MeasureError
 from ..hypothesis.hypotheses import HypothesisInfo
-from ._common import SymbolMeasure, finish, new_reasons, opening_reasons, set_reason
+from ._common import (
+    SymbolMeasure,
+    add_counts,
+    finish,
+    new_reasons,
+    opening_reasons,
+    set_reason,
+)
 from .base import MeasureResult, StateShape
 
 
@@ -32,6 +39,7 @@ class FunctionState:
     H: list[torch.Tensor] = field(default_factory=list)  # (N_i, n_hyps) each
     n: int = 0
     n_records: int = 0
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined, left out
 
 
 class FunctionMeasure(SymbolMeasure):
@@ -41,7 +49,8 @@ class FunctionMeasure(SymbolMeasure):
     ----------
     fn : callable
         ``fn(u, h)`` receives two float64 1-D arrays of equal length: the
-        unit's and the hypothesis' values on every real symbol read.
+        unit's and the hypothesis' values on every real symbol read where the
+        hypothesis is defined (not NaN).
     name : str, optional
         Name in the score frame; defaults to ``fn.__name__``.
     max_rows : int
@@ -88,7 +97,7 @@ class FunctionMeasure(SymbolMeasure):
         self._check_rows(a.n + b.n)
         return FunctionState(
             a.n_units, a.n_hyps, a.info, [*a.U, *b.U], [*a.H, *b.H],
-            a.n + b.n, a.n_records + b.n_records,
+            a.n + b.n, a.n_records + b.n_records, add_counts(a.n_undef, b.n_undef),
         )  # fmt: skip
 
     def _call(self, u: np.ndarray, h: np.ndarray) -> tuple[float, str | None]:
@@ -121,6 +130,9 @@ class FunctionMeasure(SymbolMeasure):
         for j in range(state.n_hyps):
             if reason[0, j] is not None:
                 continue
+            ok = ~np.isnan(H[j])  # undefined symbols are left out of this hypothesis's pairs
+            h = H[j] if ok.all() else H[j][ok]
+            h.flags.writeable = False
             for i in range(state.n_units):
-                score[i, j], reason[i, j] = self._call(U[i], H[j])
-        return finish(score, reason)
+                score[i, j], reason[i, j] = self._call(U[i] if ok.all() else U[i][ok], h)
+        return finish(score, reason, state=state)

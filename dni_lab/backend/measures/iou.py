@@ -25,9 +25,12 @@ from ._common import (
     CHUNK_BYTES,
     F64,
     SymbolMeasure,
+    add_counts,
     binary_reasons,
+    count_undefined,
     finish,
     kind_reasons,
+    n_undefined,
     new_reasons,
     opening_reasons,
     set_reason,
@@ -67,6 +70,8 @@ class IoUState:
     n: float
     info: list[HypothesisInfo] | None
     n_records: int = 0
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined, left out
+    a_undef: torch.Tensor | None = None  # (U, H) of |A|, the symbols where h is undefined
 
 
 class IoU(SymbolMeasure):
@@ -100,9 +105,12 @@ class IoU(SymbolMeasure):
         if state.threshold is None:
             state.threshold = quantile_rows(Uf, self.quantile).to(dev)
         A = (Uf > state.threshold.to(Uf.device)).float()
-        B = (Hf > 0.5).float()
+        B = (Hf > 0.5).float()  # an undefined (NaN) value is outside the mask
         state.inter += (A.T @ B).to(F64).to(dev)  # counts < 2**24 per block are exact in float32
         state.a += A.sum(0).to(F64).to(dev)
+        nan = torch.isnan(Hf)
+        if bool(nan.any()):  # |A| of each pair counts the hypothesis's defined symbols only
+            state.a_undef = add_counts(state.a_undef, (A.T @ nan.float()).to(F64).to(dev))
         state.b += B.sum(0).to(F64).to(dev)
         state.n += float(Uf.shape[0])
         return state
@@ -121,21 +129,24 @@ class IoU(SymbolMeasure):
             None if t is None else t.to(dev).clone(),
             a.inter + b.inter.to(dev), a.a + b.a.to(dev), a.b + b.b.to(dev),
             a.n + b.n, a.info, a.n_records + b.n_records,
+            add_counts(a.n_undef, b.n_undef), add_counts(a.a_undef, b.a_undef),
         )  # fmt: skip
 
     def result(self, state: IoUState, confidence: float = 0.95) -> MeasureResult:
         reason = opening_reasons(self, *state.inter.shape, state.info, state.n)
         b = state.b.cpu().numpy()
         a = state.a.cpu().numpy()
-        binary_reasons(reason, n_true=b, n_false=state.n - b)
+        n_def = state.n - n_undefined(state, len(b))
+        binary_reasons(reason, n_true=b, n_false=n_def - b)
         set_reason(
             reason,
             (a == 0)[:, None],
             "unit never exceeds its top-quantile threshold (constant unit?)",
         )
-        union = state.a[:, None] + state.b[None, :] - state.inter
+        a_pair = state.a[:, None] if state.a_undef is None else state.a[:, None] - state.a_undef
+        union = a_pair + state.b[None, :] - state.inter
         iou = (state.inter / union.clamp_min(1.0)).cpu().numpy()
-        return finish(iou, reason)
+        return finish(iou, reason, state=state)
 
 
 @dataclass
@@ -148,6 +159,7 @@ class LocalIoUState:
     fired: torch.Tensor  # (U,) records where the unit exceeded its record threshold
     info: list[HypothesisInfo] | None
     n_records: int = 0
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined, left out
 
 
 class LocalIoU(Measure):
@@ -203,6 +215,8 @@ class LocalIoU(Measure):
         n_hyps = H.shape[2]
         dev = state.iou_sum.device
         state.n_records += int(R)
+        # per record, a pair's IoU reads the symbols where the hypothesis is defined
+        und = count_undefined(state, H, mask)
         # The per-record (U, H) intersection table dominates memory: bound its record count.
         per = max(1, CHUNK_BYTES // (4 * (2 * n_units * n_hyps + T * (3 * n_units + n_hyps))))
         for r0 in range(0, R, per):
@@ -212,18 +226,23 @@ class LocalIoU(Measure):
             L = mr.sum(1)
             t = self.record_thresholds(Ur, mr)
             A = ((Ur > t[..., None]) & mr[:, None, :]).float()  # (R, U, T)
-            B = ((Hr > 0.5) & mr[..., None]).float()  # (R, T, H)
+            B = ((Hr > 0.5) & mr[..., None]).float()  # (R, T, H); NaN > 0.5 is False
             inter = torch.bmm(A, B)  # (R, U, H): the one batched product per chunk
-            a = A.sum(2)  # (R, U)
+            a = A.sum(2)[:, :, None]  # (R, U, 1)
             b = B.sum(1)  # (R, H)
+            Lh = L[:, None]
+            if und is not None:  # |A| and the length per hypothesis: its defined symbols
+                D = (mr[..., None] & ~und[r0 : r0 + per]).float()  # (R, T, H)
+                a = torch.bmm(A, D)
+                Lh = D.sum(1)
             # A record whose mask is empty has inter = 0, hence IoU 0: it adds nothing
             # to the sum, and n_valid leaves it out of the mean.
-            union = torch.add(a[:, :, None], b[:, None, :]).sub_(inter).clamp_min_(1.0)
+            union = torch.add(a, b[:, None, :]).sub_(inter).clamp_min_(1.0)
             state.iou_sum += inter.div_(union).sum(0).to(F64).to(dev)
             valid = b > 0
             state.n_valid += valid.sum(0).to(F64).to(dev)
-            state.n_partial += (valid & (b < L[:, None])).sum(0).to(F64).to(dev)
-            state.fired += (a > 0).sum(0).to(F64).to(dev)
+            state.n_partial += (valid & (b < Lh)).sum(0).to(F64).to(dev)
+            state.fired += (A.sum(2) > 0).sum(0).to(F64).to(dev)
         return state
 
     def merge(self, a: LocalIoUState, b: LocalIoUState) -> LocalIoUState:
@@ -231,7 +250,7 @@ class LocalIoU(Measure):
         return LocalIoUState(
             a.iou_sum + b.iou_sum.to(dev), a.n_valid + b.n_valid.to(dev),
             a.n_partial + b.n_partial.to(dev), a.fired + b.fired.to(dev),
-            a.info, a.n_records + b.n_records,
+            a.info, a.n_records + b.n_records, add_counts(a.n_undef, b.n_undef),
         )  # fmt: skip
 
     def result(self, state: LocalIoUState, confidence: float = 0.95) -> MeasureResult:
@@ -251,4 +270,4 @@ class LocalIoU(Measure):
             "unit never exceeds its per-record top-quantile threshold (constant in every record)",
         )
         score = (state.iou_sum / state.n_valid.clamp_min(1.0)).cpu().numpy()
-        return finish(score, reason)
+        return finish(score, reason, state=state)

@@ -18,6 +18,11 @@ jackknife, ``_probe_error.influence``). ``peek`` reports the last checkpoint wit
 error of ``_probe_error`` (sampling half-width and the drift since half the records), so
 a pair counts as converged only when its fitted scores are settled; ``result``
 optimises to the tolerance on everything read.
+
+A row where a hypothesis is undefined (NaN) has weight 0 in that hypothesis's
+outputs (``defined``): they neither train on it nor count it in their F1. The
+indicator rows a run adds for other measures (``"{hid}={code}"``) are left to the
+categorical hypothesis itself, which the probe already fits one-vs-rest.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._common import kind_reasons, new_reasons, set_reason
+from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
 from ._newton import Problem, hessians, initial_weights, newton
 from ._probe_error import (
     Checkpoint,
@@ -57,6 +62,8 @@ class LogRegState:
     damping: torch.Tensor | None = None  # per-column Newton damping, carried across blocks
     group: torch.Tensor | None = None  # (n,) jackknife group of each row's record
     growth: float | None = None  # records read before the next checkpoint, as a factor
+    defined: torch.Tensor | None = None  # (n, outputs) bool; None while every value is
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined
 
 
 class LogReg(Measure):
@@ -131,9 +138,12 @@ class LogReg(Measure):
     # -- protocol ---------------------------------------------------------------
     def start(self, n_units, n_hyps, device="cpu", info: list[HypothesisInfo] | None = None):
         info = info or [HypothesisInfo(str(j), "binary") for j in range(n_hyps)]
-        scorable = np.array([i.kind in self.kinds for i in info])
+        # a category's indicator is fitted as an output of its categorical hypothesis
+        scorable = np.array([i.kind in self.kinds and i.parent is None for i in info])
         out_hyp = []
         for j, i in enumerate(info):
+            if i.parent is not None:
+                continue
             if i.kind == "categorical":
                 out_hyp += [j] * int(i.n_categories or 2)
             elif i.kind == "binary":
@@ -149,12 +159,20 @@ class LogReg(Measure):
 
     def update(self, state: LogRegState, U, H, mask):
         R, T = mask.shape
+        und = count_undefined(state, H, mask)
         code = record_codes(H, mask)[:, None].expand(R, T)[mask]
         X, Hm = U[mask].float(), H[mask]
         Y = self._targets(state, Hm)
+        D = None
+        if und is not None or state.defined is not None:  # 0 weight where undefined
+            cols = torch.as_tensor(state.out_hyp, device=Hm.device, dtype=torch.long)
+            D = ~torch.isnan(Hm[:, cols])
+            if state.defined is None:  # every row before this block was defined
+                state.defined = torch.ones(len(state.X), len(cols), dtype=torch.bool,
+                                           device=state.X.device)  # fmt: skip
         key = torch.rand(len(X), generator=state.gen).to(X.device)
         _append(state, X, Y, code % self.folds, key, (code // self.folds) % self.groups,
-                self.max_rows)  # fmt: skip
+                self.max_rows, D)  # fmt: skip
         state.n_records += R
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
@@ -168,8 +186,14 @@ class LogReg(Measure):
             X=a.X, Y=a.Y, fold=a.fold, key=a.key, W=(a.W + b.W) / 2,
             out_hyp=a.out_hyp, scorable=a.scorable, info=a.info, n_records=a.n_records,
             gen=a.gen, damping=a.damping, group=a.group, growth=a.growth,
+            defined=a.defined, n_undef=add_counts(a.n_undef, b.n_undef),
         )  # fmt: skip
-        _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows)
+        D = b.defined
+        if D is None and a.defined is not None:
+            D = torch.ones(b.Y.shape, dtype=torch.bool, device=b.Y.device)
+        if D is not None and out.defined is None:
+            out.defined = torch.ones(a.Y.shape, dtype=torch.bool, device=a.Y.device)
+        _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows, D)
         out.n_records = a.n_records + b.n_records
         out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
         return out
@@ -254,12 +278,20 @@ class LogReg(Measure):
         """Newton steps on every (fold, output) column; ``cold`` starts from base rates."""
         k, n_out = self.folds, len(state.out_hyp)
         train = (state.fold[:, None] != torch.arange(k, device=Xs.device)[None, :]).float()
-        n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
+        if state.defined is None:
+            n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
+            w_row = (train / n_f).T.repeat_interleave(n_out, dim=0)
+            lam = (1.0 / (self.C * n_f)).repeat_interleave(n_out)
+        else:  # column (fold, output) trains on its fold's rows where the output is defined
+            w = train[:, :, None] * state.defined[:, None, :].float()  # (n, k, outputs)
+            n_fo = w.sum(0).clamp_min(1)  # (k, outputs)
+            w_row = (w / n_fo).permute(1, 2, 0).reshape(k * n_out, -1)
+            lam = (1.0 / (self.C * n_fo)).reshape(-1)
         problem = Problem(
             X=Xs,
             Y=state.Y.T.repeat(k, 1),
-            w_row=(train / n_f).T.repeat_interleave(n_out, dim=0),
-            lam=(1.0 / (self.C * n_f)).repeat_interleave(n_out),
+            w_row=w_row,
+            lam=lam,
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
             col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
             row_fold=state.fold,
@@ -282,6 +314,8 @@ class LogReg(Measure):
         rows = torch.arange(len(Xs), device=Xs.device)
         # each row scored by the model of its held-out fold
         pred = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows] > 0
+        if state.defined is not None:  # an undefined row is no positive (its target is 0 too)
+            pred = pred & state.defined
         counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
         H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
@@ -312,8 +346,16 @@ class LogReg(Measure):
         if len(state.X) == 0:
             set_reason(reason, True, "no symbols read")
         kind_reasons(reason, "logreg", state.info, self.kinds)
+        for j, i in enumerate(state.info):
+            if i.parent is not None:
+                why = f"logreg fits each category of {i.parent!r} itself: see its rows"
+                set_reason(reason, (np.arange(n_h) == j)[None, :], why)
         if len(state.out_hyp) and len(state.X):
-            frac = state.Y.mean(0).cpu().numpy()
+            if state.defined is None:
+                frac = state.Y.mean(0).cpu().numpy()
+            else:  # over the rows where each output is defined
+                d = state.defined.float()
+                frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
             const = np.zeros(n_h, dtype=bool)
             for j in np.unique(state.out_hyp):
                 top = frac[state.out_hyp == j].max()
@@ -326,19 +368,26 @@ class LogReg(Measure):
         group = np.where(ok, group, np.nan)
         err = np.full(shape, np.nan) if err is None else err
         group_err = np.full(n_h, np.nan) if group_err is None else group_err
-        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape))
+        und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
+        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape),
+                             n_undefined=und)  # fmt: skip
 
 
-def _append(state: LogRegState, X, Y, fold, key, group, max_rows: int | None) -> None:
+def _append(state: LogRegState, X, Y, fold, key, group, max_rows: int | None,
+            defined: torch.Tensor | None = None) -> None:  # fmt: skip
     state.X = torch.cat([state.X, X])
     state.Y = torch.cat([state.Y, Y])
     state.fold = torch.cat([state.fold, fold.to(state.fold.dtype)])
     state.key = torch.cat([state.key, key.to(state.key.device)])
     state.group = torch.cat([state.group, group.to(state.fold.dtype)])
+    if defined is not None:
+        state.defined = torch.cat([state.defined, defined.to(state.defined.device)])
     if max_rows is not None and len(state.X) > max_rows:  # bottom-k of random keys: uniform
         keep = torch.topk(state.key, max_rows, largest=False).indices.sort().values
         state.X, state.Y = state.X[keep], state.Y[keep]
         state.fold, state.key, state.group = state.fold[keep], state.key[keep], state.group[keep]
+        if state.defined is not None:
+            state.defined = state.defined[keep]
 
 
 def record_codes(H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -349,7 +398,9 @@ def record_codes(H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     code in any block, order or shard; equal records share a fold, as they should.
     """
     T, n_h = H.shape[1:]
-    q = torch.where(mask[..., None], (H.double() * 1000).round(), 0.0).to(torch.int64)
+    # an undefined value (NaN) codes as a fixed number, so its record's code stays exact
+    H = torch.nan_to_num(H.double(), nan=-0.5)
+    q = torch.where(mask[..., None], (H * 1000).round(), 0.0).to(torch.int64)
     gen = torch.Generator(device="cpu").manual_seed(0x5EED)
     mult = torch.randint(1, 2**31, (T, n_h), generator=gen, dtype=torch.int64) * 2 + 1
     pos = (q * mult.to(H.device)).sum((1, 2)) + mask.sum(1) * 0x1E3779B97F4A7C15

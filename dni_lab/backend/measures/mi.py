@@ -13,19 +13,32 @@ Joint counts of all unit × hypothesis pairs come from one matrix product per
 block, one-hot(unit bins)ᵀ @ one-hot(hypothesis bins), chunked to bound memory.
 Bin 0 of each hypothesis is left out of the product and recovered from the unit
 bin totals, which halves the work for binary hypotheses.
+
+A hypothesis undefined (NaN) at a symbol is in none of its bins there; the unit bin
+counts over such symbols are kept per hypothesis (``u_undef``, only once one occurs)
+and taken out of that hypothesis's bin 0 and unit margins, so each pair's MI reads
+the symbols where its hypothesis is defined.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..hypothesis.hypotheses import HypothesisInfo
-from ._common import CHUNK_BYTES, F64, SymbolMeasure, finish, opening_reasons, set_reason
+from ._common import (
+    CHUNK_BYTES,
+    F64,
+    SymbolMeasure,
+    add_counts,
+    finish,
+    n_undefined,
+    opening_reasons,
+    set_reason,
+)
 from .base import MeasureResult, StateShape
 
 # Hypothesis kinds as the binning codes them.
@@ -53,6 +66,8 @@ class MIState:
     kinds_present: tuple[int, ...] = ()  # the kinds present, to skip unneeded code paths
     joint: torch.Tensor | None = None  # (U*bins, Σ(h_bins-1)) counts of hypothesis bins >= 1
     u_count: torch.Tensor | None = None  # (U*bins,) unit bin totals
+    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined, left out
+    u_undef: torch.Tensor | None = None  # (U*bins, H) unit bin counts where h is undefined
 
     @property
     def calibrated(self) -> bool:
@@ -60,7 +75,14 @@ class MIState:
 
 
 def _edges(X: torch.Tensor, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    lo, hi = torch.aminmax(X, dim=0)
+    nan = torch.isnan(X)
+    if bool(nan.any()):  # over the defined values; a column with none gets [0, 0]
+        lo = torch.where(nan, torch.inf, X).amin(0)
+        hi = torch.where(nan, -torch.inf, X).amax(0)
+        none = ~torch.isfinite(lo)
+        lo, hi = torch.where(none, 0.0, lo), torch.where(none, 0.0, hi)
+    else:
+        lo, hi = torch.aminmax(X, dim=0)
     width = hi - lo
     # A column constant on the calibration block gets scale 0: everything in bin 0.
     scale = torch.where(width > 0, bins / torch.where(width > 0, width, 1.0), 0.0)
@@ -120,7 +142,9 @@ class MutualInformation(SymbolMeasure):
         b = self.bins
         info = state.info or [HypothesisInfo(str(j)) for j in range(state.n_hyps)]
         kinds = [{"binary": _BIN, "categorical": _CAT}.get(i.kind, _CONT) for i in info]
-        seen = Hf.max(0).values.round().long().cpu().tolist() if Hf.shape[1] else []
+        nan = torch.isnan(Hf)
+        top = torch.where(nan, -1.0, Hf).max(0).values if Hf.shape[1] else Hf[0]
+        seen = top.round().long().cpu().tolist() if Hf.shape[1] else []
         h_bins = []
         for i, k, top in zip(info, kinds, seen, strict=True):
             if k == _BIN:
@@ -150,6 +174,9 @@ class MutualInformation(SymbolMeasure):
         dev = Hf.device
         kind = state.h_kind.to(dev)
         present = set(state.kinds_present)
+        nan = torch.isnan(Hf)
+        if bool(nan.any()):  # an undefined value is in no bin: code 0 here, taken out later
+            return torch.where(nan, 0, self._hyp_codes(state, Hf.nan_to_num(0.0)))
         codes = (Hf > 0.5).long()
         if _CONT in present:
             cont = bin_codes(Hf, state.h_lo.to(dev), state.h_scale.to(dev), self.bins)
@@ -166,6 +193,11 @@ class MutualInformation(SymbolMeasure):
         b = self.bins
         dev = Uf.device
         hcodes = self._hyp_codes(state, Hf)  # (N, H)
+        nan = torch.isnan(Hf)
+        und = nan.float() if bool(nan.any()) else None  # (N, H) or None
+        if und is not None and state.u_undef is None:
+            state.u_undef = torch.zeros(state.n_units * b, state.n_hyps, dtype=F64,
+                                        device=state.device)  # fmt: skip
         extra = [k - 1 for k in state.h_bins]  # one-hot columns per hypothesis (bin 0 left out)
         offsets = [0, *itertools.accumulate(extra)]
         # Float32 counts are exact below 2**24 per cell, hence the row cap.
@@ -190,9 +222,12 @@ class MutualInformation(SymbolMeasure):
                 idx = bin_codes(Ur[:, u0:u1], u_lo[u0:u1], u_scale[u0:u1], b) + offs
                 cnt = torch.bincount(idx.flatten(), minlength=(u1 - u0) * b)
                 state.u_count[u0 * b : u1 * b] += cnt.to(F64).to(state.device)
-                if not plan:
+                if not plan and und is None:
                     continue
                 Uoh = ubuf[: nr * (u1 - u0) * b].view(nr, -1).zero_().scatter_(1, idx, 1.0)
+                if und is not None:
+                    part = (Uoh.T @ und[r0 : r0 + rows]).to(F64).to(state.device)
+                    state.u_undef[u0 * b : u1 * b] += part
                 for h0, h1 in plan:
                     Hoh = hoh_once
                     if Hoh is None:
@@ -240,6 +275,8 @@ class MutualInformation(SymbolMeasure):
         out.n_records = a.n_records + b.n_records
         out.joint = a.joint + b.joint.to(a.device)
         out.u_count = a.u_count + b.u_count.to(a.device)
+        out.n_undef = add_counts(a.n_undef, b.n_undef)
+        out.u_undef = add_counts(a.u_undef, b.u_undef)
         return out
 
     def contingency(self, state: MIState, j: int) -> torch.Tensor:
@@ -248,6 +285,8 @@ class MutualInformation(SymbolMeasure):
         off = sum(k - 1 for k in state.h_bins[:j])
         J1 = state.joint[:, off : off + state.h_bins[j] - 1].reshape(state.n_units, b, -1)
         J0 = state.u_count.reshape(state.n_units, b) - J1.sum(-1)
+        if state.u_undef is not None:
+            J0 = J0 - state.u_undef[:, j].reshape(state.n_units, b)
         return torch.cat([J0[..., None], J1], -1)
 
     def result(self, state: MIState, confidence: float = 0.95) -> MeasureResult:
@@ -259,25 +298,34 @@ class MutualInformation(SymbolMeasure):
             return finish(np.zeros((n_units, n_hyps)), reason)
         # MI = (Σ J log J - Σ a log a - Σ c log c) / n + log n over the contingency J with
         # margins a (unit bins) and c (hypothesis bins): no contingency is materialised.
-        n = state.n
         dev = state.joint.device
+        # symbols read per hypothesis: those where it is defined
+        n = torch.as_tensor(state.n - n_undefined(state, n_hyps), dtype=F64, device=dev)
         extra = torch.tensor([k - 1 for k in state.h_bins], device=dev)
         col_hyp = torch.repeat_interleave(torch.arange(n_hyps, device=dev), extra)
         sj = torch.zeros(n_units, n_hyps, dtype=F64, device=dev)
         rows = max(b, CHUNK_BYTES // (8 * max(state.joint.shape[1], n_hyps, 1)) // b * b)
+        ux = state.u_undef
         for r0 in range(0, n_units * b, rows):
             Jc = state.joint[r0 : r0 + rows]
             u0 = r0 // b
             nu = Jc.shape[0] // b
             J0 = state.u_count[r0 : r0 + rows, None] - _seg_sum(Jc, col_hyp, n_hyps)
+            if ux is not None:
+                J0 = J0 - ux[r0 : r0 + rows]
             xl = _seg_sum(torch.xlogy(Jc, Jc), col_hyp, n_hyps) + torch.xlogy(J0, J0)
             sj[u0 : u0 + nu] = xl.reshape(nu, b, n_hyps).sum(1)
-        su = torch.xlogy(state.u_count, state.u_count).reshape(n_units, b).sum(1)
+        if ux is None:
+            su = torch.xlogy(state.u_count, state.u_count).reshape(n_units, b).sum(1)[:, None]
+        else:  # each hypothesis's unit margins: the symbols where it is defined
+            a = state.u_count[:, None] - ux
+            su = torch.xlogy(a, a).reshape(n_units, b, n_hyps).sum(1)
         # Hypothesis margins are the same through every unit: read them off unit 0.
         c1 = state.joint[:b].sum(0)
         c0 = n - _seg_sum(c1[None], col_hyp, n_hyps)[0]
         sh = _seg_sum(torch.xlogy(c1, c1)[None], col_hyp, n_hyps)[0] + torch.xlogy(c0, c0)
-        mi = ((sj - su[:, None] - sh[None, :]) / n + math.log(n)).clamp_min(0.0)
+        safe = n.clamp_min(1.0)
+        mi = ((sj - su - sh[None, :]) / safe + torch.log(safe)).clamp_min(0.0)
         h_bins = _seg_sum((c1 > 0).to(F64)[None], col_hyp, n_hyps)[0] + (c0 > 0).to(F64)
         set_reason(
             reason,
@@ -290,7 +338,7 @@ class MutualInformation(SymbolMeasure):
             (u_bins <= 1).cpu().numpy()[:, None],
             "unit is constant over the symbols read (one occupied bin)",
         )
-        return finish(mi.cpu().numpy(), reason)
+        return finish(mi.cpu().numpy(), reason, state=state)
 
 
 def _seg_sum(X: torch.Tensor, col_hyp: torch.Tensor, n_hyps: int) -> torch.Tensor:

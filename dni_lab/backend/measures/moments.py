@@ -141,3 +141,70 @@ def fold(b: Moments, slots: torch.Tensor, part: Moments) -> None:
 
 def index(m: Moments, idx) -> Moments:
     return Moments(m.n[idx], m.mean_u[idx], m.mean_h[idx], m.m2_u[idx], m.m2_h[idx], m.c_uh[idx])
+
+
+@dataclass
+class Excluded:
+    """Raw float64 sums of the units over the symbols where each hypothesis is undefined.
+
+    ``corr`` reads an undefined hypothesis value as 0 in its :class:`Moments` and keeps
+    these beside them (totals, or one per bucket with a leading dimension), so that
+    :func:`defined` can take those symbols back out, pair by pair. They add, subtract
+    and roll like the buckets they sit beside.
+    """
+
+    n: torch.Tensor  # (..., H) undefined symbols of each hypothesis
+    s: torch.Tensor  # (..., U, H) sum of each unit over them
+    q: torch.Tensor  # (..., U, H) sum of its squares over them
+
+    def __add__(self, other: Excluded) -> Excluded:
+        return Excluded(self.n + other.n, self.s + other.s, self.q + other.q)
+
+    def __sub__(self, other: Excluded) -> Excluded:
+        return Excluded(self.n - other.n, self.s - other.s, self.q - other.q)
+
+    def rolled(self, shift: int) -> Excluded:
+        """As :func:`rolled` does to buckets."""
+        return Excluded(*(torch.roll(t, shift, 0) for t in (self.n, self.s, self.q)))
+
+
+@dataclass
+class PairMoments:
+    """Moments of each (unit, hypothesis) pair over the symbols where the hypothesis is defined."""
+
+    n: torch.Tensor  # (..., H)
+    mean_u: torch.Tensor  # (..., U, H)
+    mean_h: torch.Tensor  # (..., H)
+    m2_u: torch.Tensor  # (..., U, H)
+    m2_h: torch.Tensor  # (..., H)
+    c_uh: torch.Tensor  # (..., U, H)
+
+    def r(self) -> torch.Tensor:
+        """Correlations, NaN where a side has no variance."""
+        den = torch.sqrt((self.m2_u * self.m2_h[..., None, :]).clamp_min(0))
+        nan = torch.full_like(self.c_uh, float("nan"))
+        return torch.where(den > 0, self.c_uh / den.clamp_min(1e-300), nan)
+
+
+def defined(m: Moments, x: Excluded) -> PairMoments:
+    """``m`` without the symbols ``x`` counts, for each pair (the hypothesis read 0 there).
+
+    With ``mu``, ``mh`` the means over every symbol and ``d`` the defined ones:
+    ``Σ_d (u - mu)² = m2_u - Σ_x (u - mu)²``, ``Σ_d (h - mh)² = m2_h - n_x mh²`` and
+    ``Σ_d (u - mu)(h - mh) = c_uh + mh (s_x - n_x mu)``; each is then centred on the
+    defined symbols' own means (Chan's union taken back).
+    """
+    n = m.n[..., None]  # (..., 1)
+    nd = n - x.n  # (..., H)
+    safe = nd.clamp_min(1.0)
+    mu = m.mean_u[..., :, None]  # (..., U, 1)
+    mh = m.mean_h  # (..., H)
+    mud = (n[..., None] * mu - x.s) / safe[..., None, :]
+    mhd = n * mh / safe
+    du, dh = mud - mu, mhd - mh
+    sq_x = x.q - 2 * mu * x.s + x.n[..., None, :] * mu * mu
+    m2_u = m.m2_u[..., :, None] - sq_x - nd[..., None, :] * du * du
+    m2_h = m.m2_h - x.n * mh * mh - nd * dh * dh
+    c_uh = (m.c_uh + mh[..., None, :] * (x.s - x.n[..., None, :] * mu)
+            - nd[..., None, :] * du * dh[..., None, :])  # fmt: skip
+    return PairMoments(nd, mud, mhd, m2_u, m2_h, c_uh)
