@@ -482,3 +482,33 @@ def test_head_column_on_computed_addresses(models):
         "blocks.0.attn.hook_q_normed": 2,
         "blocks.0.ln1.hook_normalized": None,
     }
+
+
+def test_rotary_on_gemma3_norms_heads_first(tok):
+    """Gemma3 norms queries laid out (batch, head, pos, d): hook_rot_q is still per token."""
+    from transformers.models.gemma3 import modeling_gemma3 as g3
+
+    torch.manual_seed(0)
+    cfg = transformers.Gemma3TextConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_key_value_heads=2,
+        head_dim=8, pad_token_id=tok.pad_token_id, sliding_window=16, **SMALL,
+    )  # fmt: skip
+    m = HFModel(_perturb(g3.Gemma3ForCausalLM(cfg)), tok, name="gemma3")
+    attn = m.module.model.layers[1].self_attn
+    _, rot_q = extracted(m, "blocks.1.attn.hook_rot_q")
+    seen_kw: dict = {}
+    h = attn.register_forward_pre_hook(lambda _m, a, k: seen_kw.update(k), with_kwargs=True)
+    try:
+        for r, rec in enumerate(RECORDS):
+            with torch.inference_mode():
+                enc = m.tokenizer(rec, return_tensors="pt", return_special_tokens_mask=True)
+                special = enc.pop("special_tokens_mask")[0].bool()
+                m.module(**enc)
+                x = seen_kw["hidden_states"]
+                q = attn.q_proj(x).view(1, x.shape[1], -1, 8).transpose(1, 2)
+                cos, sin = seen_kw["position_embeddings"]
+                want, _ = g3.apply_rotary_pos_emb(attn.q_norm(q), q, cos, sin)
+            want = want[0].transpose(0, 1).flatten(1)[~special]
+            assert close(rot_q[r, : m.symbols(rec)], want) < RTOL
+    finally:
+        h.remove()

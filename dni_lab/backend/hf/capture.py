@@ -109,7 +109,7 @@ def keep_slice(store: dict, addr: str, tap: Tap):
 
 
 def keep_rotary(store: dict, addr: str, tap: Tap, attn: nn.Module, seen: dict):
-    """A hook on q_proj (or q_norm): its output rotated with the attention's embeddings."""
+    """A hook on q_proj / k_proj: its output normed and rotated as the attention does."""
     from .computed import rotary
 
     def hook(_mod, _args, out):
@@ -119,7 +119,8 @@ def keep_rotary(store: dict, addr: str, tap: Tap, attn: nn.Module, seen: dict):
 
             raise LayerError(f"{addr!r}: the attention module was called without "
                              "position_embeddings, so its rotation is unknown.")  # fmt: skip
-        dict.__setitem__(store, addr, rotary(out, attn, emb, int(tap.head_size or 0)))
+        qk = addr[-1]  # '...attn.hook_rot_q' / '_k'
+        dict.__setitem__(store, addr, rotary(out, attn, qk, emb, int(tap.head_size or 0)))
 
     return hook
 

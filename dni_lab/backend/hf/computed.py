@@ -14,8 +14,9 @@ A *computed* :class:`~.hooks.Tap` is made the first time its address is named
   ``head * d_model + i`` (head-major, as ``hook_z``'s units are);
 * ``{block}.attn.hook_rot_q`` / ``hook_rot_k``: queries / keys after rotary embeddings
   (after Qwen3's and Gemma3's per-head norms), heads × head_dim units, head-major;
-  read from ``q_proj`` (or ``q_norm``) and the ``position_embeddings`` the attention
-  module is called with, through the model file's own ``apply_rotary_pos_emb``;
+  read from ``q_proj``'s output, the attention's own ``q_norm`` and the
+  ``position_embeddings`` it is called with, through the model file's own
+  ``apply_rotary_pos_emb``;
 * ``<module>.input``: nnsight's name for a module's first positional input.
 
 Computed taps can be read, not forced: forcing ``hook_normalized`` would need the
@@ -75,12 +76,23 @@ def result(z: torch.Tensor, proj: nn.Module, head_dim: int) -> torch.Tensor:
     return torch.einsum("rthd,mhd->rthm", per_head, w_o).flatten(-2)
 
 
-def rotary(t: torch.Tensor, attn: nn.Module, embeddings: Any, head_dim: int) -> torch.Tensor:
-    """Queries or keys ``(R, T, H·D)`` or ``(R, T, H, D)`` after ``attn``'s rotary embedding."""
+def rotary(
+    t: torch.Tensor, attn: nn.Module, qk: str, embeddings: Any, head_dim: int
+) -> torch.Tensor:
+    """Projected queries or keys ``(R, T, H·D)`` after ``attn``'s q/k norm and rotation.
+
+    The norm (Qwen3, Gemma3) acts on each head's ``head_dim`` features, so it is applied
+    here on ``(R, T, H, D)`` whatever axis order the model itself gives it; its
+    ``forward`` is called directly, so no hook on it fires twice.
+    """
+    per_head = t.unflatten(-1, (-1, head_dim))  # (R, T, H, D): a projection's output
+    norm = getattr(attn, f"{qk}_norm", None)
+    if isinstance(norm, nn.Module):
+        per_head = norm.forward(per_head)
     apply = sys.modules[type(attn).__module__].apply_rotary_pos_emb
     cos, sin = embeddings
-    per_head = (t if t.dim() == 4 else t.unflatten(-1, (-1, head_dim))).transpose(1, 2)
-    rot, _ = apply(per_head, per_head, cos, sin)  # (R, H, T, D), unsqueeze_dim=1
+    heads_first = per_head.transpose(1, 2)
+    rot, _ = apply(heads_first, heads_first, cos, sin)  # (R, H, T, D), unsqueeze_dim=1
     return rot.transpose(1, 2).flatten(-2)
 
 
@@ -138,6 +150,8 @@ def _rotary_tap(module: nn.Module, block: str, address: str, qk: str, head_dim: 
             "LLaMA, Mistral, Qwen and Gemma layouts are read); read "
             f"'{block}.attn.hook_{qk}' (before any rotation) instead."
         )
-    source = role(module, block, f"{qk}_norm") if has(module, f"{attn}.{qk}_norm") else None
-    return Tap(source or role(module, block, qk), side="output", kind="rotary",
-               head_size=head_dim, context=attn)  # fmt: skip
+    # the projection's output, (R, T, H·D) on every such model; the q/k norm, whose input
+    # axes differ between models (Qwen3: heads after tokens, Gemma3: before), is applied
+    # by rotary() itself
+    return Tap(role(module, block, qk), side="output", kind="rotary", head_size=head_dim,
+               context=attn)  # fmt: skip
