@@ -30,7 +30,7 @@ from scipy.special import stdtrit
 
 from ..extraction.sparse_block import SparseBlock
 from ._common import add_counts, count_undefined, kind_reasons, set_reason
-from .base import HypothesisInfo, Measure, MeasureResult, filled, kind_mask
+from .base import HypothesisInfo, Measure, MeasureResult, filled, kind_mask, undefined
 from .moments import Excluded, Moments, block_mean, defined, fold, index, rolled, sum_groups
 
 _F64 = torch.float64
@@ -193,7 +193,7 @@ class Corr(Measure):
         """
         if not bool(mask.any()):
             return state
-        if bool(torch.isnan(H[mask]).any()):  # undefined values: the dense path leaves them out
+        if undefined(H, mask) is not None:  # undefined values: the dense path leaves them out
             return self.update(state, Z.dense(), H, mask)
         R, T, k = Z.values.shape
         g, D, dev = self.group_records, Z.width, Z.values.device

@@ -27,7 +27,7 @@ from ._common import (
     opening_reasons,
     set_reason,
 )
-from .base import MeasureResult, StateShape
+from .base import MeasureResult, StateShape, any_nan, undefined
 
 #: Relative resolution of variances accumulated from float32 block products.
 _F32_RES = 1e-6
@@ -99,7 +99,7 @@ class DiffMeans(SymbolMeasure):
         q1 = (q.T @ B).to(F64) if state.m2_1 is not None else None
         sums = (s_all, s1, q.sum(0).to(F64), q1, B.sum(0).to(F64))
         class0 = None
-        if bool(torch.isnan(Hf).any()):  # class 0 is no longer "all but class 1": sum it too
+        if any_nan(Hf):  # class 0 is no longer "all but class 1": sum it too
             B0 = (Hf <= 0.5).float()
             q0 = (q.T @ B0).to(F64) if state.m2_1 is not None else None
             class0 = ((Uc.T @ B0).to(F64), q0, B0.sum(0).to(F64))
@@ -111,7 +111,7 @@ class DiffMeans(SymbolMeasure):
         Each active latent adds its value (and square) to its row where the hypothesis
         holds: sparse × dense products in float64, ``N·k·H`` work for ``N`` symbols.
         """
-        if bool(torch.isnan(H[mask]).any()):  # undefined values: the dense path leaves them out
+        if undefined(H, mask) is not None:  # undefined values: the dense path leaves them out
             return self.update(state, Z.dense(), H, mask)
         state.n_records += int(Z.values.shape[0])
         keep = mask.reshape(-1)

@@ -35,7 +35,7 @@ from ._common import (
     opening_reasons,
     set_reason,
 )
-from .base import Measure, MeasureResult, StateShape
+from .base import Measure, MeasureResult, StateShape, any_nan
 
 
 def quantile_rows(X: torch.Tensor, q: float) -> torch.Tensor:
@@ -108,9 +108,9 @@ class IoU(SymbolMeasure):
         B = (Hf > 0.5).float()  # an undefined (NaN) value is outside the mask
         state.inter += (A.T @ B).to(F64).to(dev)  # counts < 2**24 per block are exact in float32
         state.a += A.sum(0).to(F64).to(dev)
-        nan = torch.isnan(Hf)
-        if bool(nan.any()):  # |A| of each pair counts the hypothesis's defined symbols only
-            state.a_undef = add_counts(state.a_undef, (A.T @ nan.float()).to(F64).to(dev))
+        if any_nan(Hf):  # |A| of each pair counts the hypothesis's defined symbols only
+            nan = torch.isnan(Hf).float()
+            state.a_undef = add_counts(state.a_undef, (A.T @ nan).to(F64).to(dev))
         state.b += B.sum(0).to(F64).to(dev)
         state.n += float(Uf.shape[0])
         return state

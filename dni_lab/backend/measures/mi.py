@@ -39,7 +39,7 @@ from ._common import (
     opening_reasons,
     set_reason,
 )
-from .base import MeasureResult, StateShape
+from .base import MeasureResult, StateShape, any_nan
 
 # Hypothesis kinds as the binning codes them.
 _CONT = 0
@@ -174,9 +174,8 @@ class MutualInformation(SymbolMeasure):
         dev = Hf.device
         kind = state.h_kind.to(dev)
         present = set(state.kinds_present)
-        nan = torch.isnan(Hf)
-        if bool(nan.any()):  # an undefined value is in no bin: code 0 here, taken out later
-            return torch.where(nan, 0, self._hyp_codes(state, Hf.nan_to_num(0.0)))
+        if any_nan(Hf):  # an undefined value is in no bin: code 0 here, taken out later
+            return torch.where(torch.isnan(Hf), 0, self._hyp_codes(state, Hf.nan_to_num(0.0)))
         codes = (Hf > 0.5).long()
         if _CONT in present:
             cont = bin_codes(Hf, state.h_lo.to(dev), state.h_scale.to(dev), self.bins)
@@ -193,8 +192,7 @@ class MutualInformation(SymbolMeasure):
         b = self.bins
         dev = Uf.device
         hcodes = self._hyp_codes(state, Hf)  # (N, H)
-        nan = torch.isnan(Hf)
-        und = nan.float() if bool(nan.any()) else None  # (N, H) or None
+        und = torch.isnan(Hf).float() if any_nan(Hf) else None  # (N, H) or None
         if und is not None and state.u_undef is None:
             state.u_undef = torch.zeros(state.n_units * b, state.n_hyps, dtype=F64,
                                         device=state.device)  # fmt: skip

@@ -34,7 +34,7 @@ from ._common import (
     opening_reasons,
     set_reason,
 )
-from .base import MeasureResult, StateShape
+from .base import MeasureResult, StateShape, any_nan
 
 #: Eigenvalues below this fraction of the largest are float32 rounding, not signal.
 _PINV_RTOL = 1e-6
@@ -145,8 +145,8 @@ class Ridge(SymbolMeasure):
         )
 
     def fold(self, state: RidgeState, Uf: torch.Tensor, Hf: torch.Tensor) -> RidgeState:
-        nan = torch.isnan(Hf)
-        if bool(nan.any()):  # keep the units' raw sums where each hypothesis is undefined
+        if any_nan(Hf):  # keep the units' raw sums where each hypothesis is undefined
+            nan = torch.isnan(Hf)
             Hf = torch.nan_to_num(Hf, nan=0.0)
             U64 = Uf.to(F64)
             part = (U64.T @ nan.to(F64)).to(state.mean_u.device)
