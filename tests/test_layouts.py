@@ -221,8 +221,10 @@ def test_output_picks_one_tensor_of_a_dict_output():
     torch.testing.assert_close(_values(m, "0", recs), torch.tanh(_enc(recs)))
     bad = dl.Model(net, encode=_enc, symbols=len, name="bad",
                    layouts={"0": dl.Layout("n s u", output="nope")})
+    bad.layer_widths(recs, "cpu")  # one bad declaration refuses its own address only
     with pytest.raises(dl.LayerError, match="'logits', 'hidden'"):
-        bad.layer_widths(recs, "cpu")
+        bad.layout("0")
+    assert str(bad.layout("0.lin")) == "'n s u'"
 
 
 def test_on_device_restores_every_submodules_own_mode():
@@ -267,3 +269,63 @@ def test_forcing_units_on_axes_that_are_not_adjacent():
     pattern = torch.randn(2, 5, 2)
     again = lay.view(lay.write(t, torch.tensor([6, 11]), pattern, None, "t"), [5, 5], None, "t")
     torch.testing.assert_close(again[..., [6, 11]], pattern)
+
+
+def test_a_linear_after_a_time_major_gru_is_time_major_too():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(3, 4)  # time-major
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.gru(x)[0])
+
+    net = Net()
+    recs = [np.random.default_rng(i).standard_normal((6, 3)).astype(np.float32) for i in range(5)]
+    enc = lambda rs: _enc(rs).transpose(0, 1)  # noqa: E731
+    m = dl.Model(net, encode=enc, symbols=len, name="tm")
+    assert str(m.layer_widths(recs[:2], "cpu") and m.layout("head")) == "'s n u'"
+    hand = _hand(net, net.head, enc(recs)).transpose(0, 1)
+    torch.testing.assert_close(_values(m, "head", recs), hand)
+
+
+def test_a_module_called_twice_and_a_record_vector_on_many_symbols_are_refused_at_the_probe():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(3, 3)
+            self.pool = nn.Linear(3, 2)
+
+        def forward(self, x):  # (N, L, 3)
+            return self.pool(self.shared(self.shared(x)).mean(1))
+
+    m = dl.Model(Twice(), encode=_enc, symbols=len, name="twice")
+    recs = [np.ones((4, 3), np.float32)] * 3
+    m.layer_widths(recs[:2], "cpu")
+    with pytest.raises(dl.LayerError, match="runs 2 times"):
+        m.layout("shared")
+    with pytest.raises(dl.LayerError, match="1 symbol positions"):
+        m.layout("pool")  # one vector per record, but a record has 4 symbols
+
+
+def test_a_sequential_is_one_layer_by_its_path_and_the_probe_runs_in_eval_mode():
+    net = nn.Sequential()
+    net.add_module("block", nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.Tanh()))
+    net.add_module("head", nn.Linear(5, 2))
+    net.train()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    m = dl.Model(net, encode=lambda rs: torch.as_tensor(np.stack(rs)), symbols=lambda r: 1,
+                 name="seq")
+    recs = [np.random.default_rng(i).standard_normal(3).astype(np.float32) for i in range(6)]
+    assert "block" not in m.layers
+    frame = dl.inspect([m], [dl.hypothesis(lambda r: [float(r[0])], name="x0")], ["corr"],
+                       recs, units=[("block", "*")], eps=None)
+    assert frame["layer"].unique().to_list() == ["block"] and frame.height == 5
+    assert all(net.get_submodule(n).training for n in ("", "block", "block.1"))
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k]), k  # BatchNorm's statistics untouched
+    with torch.no_grad():
+        net.eval()
+        hand = net.block(torch.as_tensor(np.stack(recs)))
+    torch.testing.assert_close(_values(m, "block", recs)[:, 0], hand)

@@ -62,11 +62,6 @@ def test_a_sequential_output_is_its_last_entry():
     assert torch.equal(got["block"], got["last"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Model.resolve_layer does not call module_names.named_sequential yet (the "
-    "extraction models' owner wires it: addresses + capture); remove this mark then",
-)
 def test_model_resolves_a_sequential_by_path():
     model = dl.Model(Net(), name="seq")
     assert model.resolve_layer("features") == "features"

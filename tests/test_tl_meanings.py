@@ -29,7 +29,7 @@ from torch import nn
 from dni_lab.backend.errors import LayerError
 from dni_lab.backend.extraction.behaviors import layer_plan, symbol_activations
 from dni_lab.backend.extraction.extract import on_device
-from dni_lab.backend.hf.tl_layouts import tl_hook_layout
+from dni_lab.backend.extraction.layouts.hook_points import tl_hook_layout
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")

@@ -129,7 +129,7 @@ def run_sharded(
     parts = insp._parts()
     part0 = next(parts)
     block0 = part0.read()  # the driver reads block 0 alone: units resolve on its records
-    insp._prepare(block0)
+    insp._prepare(insp._resolve_units(block0))
     plan = Plan(
         insp.models, insp.families, insp.measures, insp.units, worker_params(insp.params), block0
     )

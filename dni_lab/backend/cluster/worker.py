@@ -71,7 +71,7 @@ class _Loaded:
         self._placed = contextlib.ExitStack()
         for model in insp.models:  # resident for the run, not moved per block
             self._placed.enter_context(on_device(model, insp.device))
-        insp._prepare(plan.sample)
+        insp._prepare(insp._resolve_units(plan.sample))
         for s in insp.states:  # the driver updates these from the blocks it is sent
             if not merges_exactly(s.measure):
                 s.measure = Deferred(s.measure)

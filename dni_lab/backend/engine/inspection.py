@@ -252,13 +252,15 @@ class Inspection:
         for block_records, first in self._blocks():
             pre = None
             if not self.states:
-                # a bad record, and a hypothesis whose level its length cannot tell, are
-                # named before a model sees any record: the first block's hypotheses first
+                # units first: the probe pass on the first records names a layer that
+                # cannot be read before any hypothesis runs; then a bad record, and a
+                # hypothesis whose level its length cannot tell, before the model reads a block
+                units = self._resolve_units(block_records)
                 try:
                     pre = self._first_hypotheses(block_records, first)
                 except BlockCancelled:
                     pass  # the states are still laid out: a Stop now returns their empty rows
-                self._prepare(block_records)
+                self._prepare(units)
                 extractors = self._extractors()
             if not self._read(block_records, first, extractors, pre):
                 break  # a Stop mid-block: no state saw this block, drop it
@@ -421,13 +423,19 @@ class Inspection:
             raise HypothesisError(f"record {first + empty[0]} has no symbols; drop empty records.")
         return counts
 
-    def _prepare(self, sample: list[Any]) -> None:
+    def _resolve_units(self, sample: list[Any]) -> list[Any]:
+        """Every model's units, from one probe pass on the first records of ``sample``."""
+        out = []
+        for model in self.models:
+            with on_device(model, self.device):
+                out.append(resolve_units(model, units_of(self.units, model), sample, self.device))
+        return out
+
+    def _prepare(self, units: list[Any]) -> None:
         """One measure state per (model, measure, unit set), all pairs unconverged."""
         nh = len(self.info)
         states: list[MeasureState] = []  # published whole: a live view reads self.states meanwhile
-        for model in self.models:
-            with on_device(model, self.device):
-                mu = resolve_units(model, units_of(self.units, model), sample, self.device)
+        for mu in units:
             for meas in self.measures:
                 if meas.joint:
                     sets = [(g.name, g.cols) for g in mu.groups]

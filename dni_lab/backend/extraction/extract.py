@@ -25,7 +25,7 @@ from ..errors import BehaviorError, DNIError, LayerError
 from ..hypothesis.cache import block_key
 from .behavior_memo import model_state
 from .length_batches import length_batches
-from .models import Model, to_device
+from .models import Model, eval_mode, to_device
 from .sparse_block import SparseBlock
 
 Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
@@ -66,7 +66,6 @@ def on_device(model: Model, device: torch.device):
     round trip per call, and a placed model's owner chose its place.
     """
     mod = model.module
-    modes = [(m, m.training) for m in mod.modules()]
     tensors = list(mod.parameters()) + list(mod.buffers())
     home = tensors[0].device if tensors else torch.device(device)
     target = torch.device(device)
@@ -79,14 +78,12 @@ def on_device(model: Model, device: torch.device):
     move = not placed and not spread and home != target
     if move:
         mod.to(device)
-    mod.eval()
     try:
-        yield
+        with eval_mode(mod):
+            yield
     finally:
         if move:
             mod.to(home)
-        for m, flag in modes:
-            m.training = flag  # the attribute itself: train() would recurse into children
 
 
 def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:

@@ -32,7 +32,13 @@ from .layouts import (
     infer_layouts,
     kind_layout,
 )
-from .module_names import alias_target, layer_modules, layer_names, residual_hooks
+from .module_names import (
+    alias_target,
+    layer_modules,
+    layer_names,
+    named_sequential,
+    residual_hooks,
+)
 
 #: Addresses an unknown-layer error lists before it points to ``model.addresses``.
 _LISTED = 30
@@ -149,6 +155,8 @@ class Model:
             raise DNIError(f"reduce={reduce!r}: use 'mean' or 'max'.")
         self._probed = False
         self._read: dict[str, Layout] = {}  # every probed address's layout (declared or ruled)
+        self._shapes: dict[str, torch.Size] = {}  # each probed output's shape
+        self._named: list[str] = []  # Sequentials addressed by path (named, not listed)
         self._unreadable: dict[str, str] = {}  # addresses with several readings: the error
         self.behavior_memo = BehaviorMemo()  # recent blocks' behaviors, for repeated queries
 
@@ -195,9 +203,9 @@ class Model:
             if isinstance(mod, nn.RNNBase) and name:  # a bare RNN is read whole
                 prefix = f"{name}."
                 out += [f"{prefix}l{k}" for k in range(mod.num_layers)]
-                if isinstance(mod, nn.LSTM):
+                if isinstance(mod, nn.LSTM) and not mod.bidirectional:  # one cell per step
                     out += [f"{prefix}l{k}.cell" for k in range(mod.num_layers)] + [f"{prefix}cell"]
-        return out
+        return out + [n for n in self._named if n not in out]
 
     def positional_layers(self) -> list[str]:
         """Layers with parameters of their own, the order positions refer to (0-based).
@@ -228,6 +236,10 @@ class Model:
         alias = alias_target(self.module, self.layers, layer)
         if alias in addresses:
             return alias
+        block = named_sequential(self.module, layer)  # a ModuleList named raises here
+        if block is not None:
+            self._named.append(block)  # an address from now on, after every listed one
+            return block
         shown = ", ".join(repr(a) for a in addresses[:_LISTED])
         if len(addresses) > _LISTED:
             shown += f", ... ({len(addresses) - _LISTED} more: model.addresses lists them all)"
@@ -276,6 +288,8 @@ class Model:
         if not self.has_widths:
             self._widths = self._probe_widths(list(sample), torch.device(device))
             self._probed = True
+        elif self.reads_layouts:  # a Sequential named since the probe is an address now
+            self._widths.update(self._widths_of(self.addresses, self._widths))
         return dict(self._widths)
 
     def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
@@ -288,9 +302,11 @@ class Model:
             return self._probe_gathered(sample, device)
         modules = self._probed_modules()
         seen: dict[str, Seen] = {}
-        with torch.inference_mode(), contextlib.ExitStack() as stack:
+        calls: dict[str, int] = {}
+        # eval mode, as every read: a BatchNorm in train mode would update its statistics
+        with torch.inference_mode(), eval_mode(self.module), contextlib.ExitStack() as stack:
             for addr, mod in modules.items():
-                hook = _see(seen, addr, self.layouts.get(addr))
+                hook = _see(seen, addr, self.layouts.get(addr), calls)
                 stack.callback(mod.register_forward_hook(hook, with_kwargs=True).remove)
             self.forward(to_device(self.encode(sample), device))
         unknown = sorted(set(self.layouts) - set(self.addresses) - set(modules))
@@ -299,9 +315,18 @@ class Model:
                 f"model {self.name!r}: layouts= names {unknown[0]!r}, which is no address of "
                 f"the model.{did_you_mean(unknown[0], self.addresses)}"
             )
+        refused = {a: seen.pop(a) for a in list(seen) if isinstance(seen[a], str)}
         found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name,
                               self.frames, self.reduce)
-        self._read, self._unreadable = found.layouts, found.errors
+        self._read, self._unreadable = found.layouts, {**found.errors, **refused}
+        for addr, n in calls.items():
+            if n > 1:  # which call's output would a symbol's value be?
+                self._read.pop(addr, None)
+                self._unreadable[addr] = (
+                    f"layer {addr!r} of model {self.name!r} runs {n} times in one forward pass "
+                    "(a shared module), so it has no one output per symbol; read the modules "
+                    "around each call, or give each call a module of its own."
+                )
         widths: dict[str, int] = {}
         for addr in self.addresses:
             base, k, cell = self.split_address(addr)
@@ -310,9 +335,32 @@ class Model:
                 mod = self._module(base)
                 widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
                 self._read[addr] = Layout("n s u")  # replays come back batch first
-            elif addr in self._read and addr in seen:
-                widths[addr] = self._read[addr].width(seen[addr].out.shape)
+        self._shapes = {a: s.out.shape for a, s in seen.items() if a in self._read}
+        self._try_reads(seen, sample)
+        widths.update(self._widths_of(self.addresses, widths))
         return widths
+
+    def _widths_of(self, addresses: Sequence[str], known: Mapping[str, int]) -> dict[str, int]:
+        """Widths of probed addresses with a layout (a Sequential named after the probe too)."""
+        return {
+            a: self._read[a].width(self._shapes[a])
+            for a in addresses
+            if a not in known and a in self._read and a in self._shapes
+        }
+
+    def _try_reads(self, seen: Mapping[str, Seen], sample: list[Any]) -> None:
+        """Read every address on the probe's sample: what cannot be read fails now, not
+        after a block (too few positions, records on the wrong axis, a frame count)."""
+        counts = [int(self.symbols(r)) for r in sample]
+        T = max(counts) if counts else 0
+        for addr in list(self._read):
+            if addr not in seen:
+                continue
+            try:
+                self.symbol_view(addr, seen[addr].out, sample, T, counts)
+            except LayerError as exc:
+                self._read.pop(addr)
+                self._unreadable[addr] = str(exc)
 
     def _probe_gathered(self, sample: list[Any], device: torch.device) -> dict[str, int]:
         """Widths where captured outputs already come back per symbol (a subclass's store)."""
@@ -445,7 +493,8 @@ class Model:
         """
         store: dict[str, Any] = {}
         handles = []
-        layers = set(self.layers) if addresses else set()  # one walk of the modules in all
+        # one walk of the modules in all; Sequentials named by path are hooked as layers
+        layers = set(self.layers) | set(self._named) if addresses else set()
         try:
             for addr in addresses:
                 base, k, _cell = self.split_address(addr)
@@ -488,20 +537,41 @@ def _keep(store: dict, addr: str, layout: Layout | None = None) -> Callable:
     return hook
 
 
-def _see(seen: dict, addr: str, layout: Layout | None) -> Callable:
-    """A probe hook: what the module returned (the tensor read) and was given."""
+def _see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) -> Callable:
+    """A probe hook: what the module returned (the tensor read) and was given, how often.
+
+    A declared ``output=`` that the output does not have is that address's error, kept
+    in ``seen`` as a string: the other addresses stay readable.
+    """
     where = f"layer {addr!r}"
 
     def hook(_mod, args, kwargs, out):
+        calls[addr] = calls.get(addr, 0) + 1
         try:
             t = layout.select(out, where) if layout is not None else first_tensor(out, where)
-        except LayerError:
+        except LayerError as exc:
             if layout is not None:
-                raise
+                seen[addr] = str(exc)
             return  # no tensor output: not a readable address
         seen[addr] = Seen(t, first_input(args, kwargs))
 
     return hook
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode; every submodule's own ``training`` flag put back on exit.
+
+    ``module.train(flag)`` on the way out would set every submodule to the top's flag:
+    an eval-mode network inside a fresh (train-mode) wrapper would come back training.
+    """
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, flag in modes:
+            m.training = flag  # the attribute itself: train() would recurse into children
 
 
 def _keep_rnn(store: dict, addr: str, mod: nn.Module) -> Callable:

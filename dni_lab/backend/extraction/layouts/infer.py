@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ...errors import LayerError
-from .kinds import ELEMENTWISE, kind_layout, readings
+from .kinds import ELEMENTWISE, UNITS_LAST, kind_layout, readings
 from .spec import Layout
 
 
@@ -103,7 +103,17 @@ def infer_layouts(
         ndim = s.out.dim()
         if addr in declared:
             return declared[addr], ""
-        spec = own_rule(addr, mod, ndim) if own_rule is not None else None
+        try:
+            spec = own_rule(addr, mod, ndim) if own_rule is not None else None
+        except LayerError as exc:  # the model's rule knows this address cannot be read
+            return None, str(exc)
+        source = producer.get(id(s.inp)) if s.inp is not None else None
+        if not spec and isinstance(mod, UNITS_LAST) and source not in (None, addr):
+            # units on the last axis; the other axes are the input's (a Linear after a
+            # time-major GRU is time-major too)
+            found = find(source)
+            if found is not None and found.ndim == ndim and found.axes[-1] == "u":
+                return found, ""
         spec = spec or kind_layout(mod, ndim)
         if spec:
             return ruled(spec), ""
@@ -112,7 +122,6 @@ def infer_layouts(
             found = find(origin)
             if found is not None:
                 return found, ""
-        source = producer.get(id(s.inp)) if s.inp is not None else None
         note = ""
         if source is not None and source != addr and s.inp.shape == s.out.shape:
             found = find(source)
@@ -129,10 +138,12 @@ def infer_layouts(
         if ndim == 1:
             return ruled("n"), ""
         options = ", ".join(repr(r) for r in readings(ndim))
+        example = readings(ndim)[0]
         return None, (
             f"layer {addr!r} of model {model_name!r} ({type(mod).__name__}) returns shape "
             f"{tuple(s.out.shape)}, which has more than one reading as (records, symbols, "
-            f"units): {options}.{note} Declare it: dl.Model(..., layouts={{{addr!r}: 'n s u'}}) "
+            f"units): {options}.{note} Declare it: "
+            f"dl.Model(..., layouts={{{addr!r}: {example!r}}}) "
             "with one letter per axis (n records, s symbols, u units, r reduced with reduce=, "
             "f frames), e.g. dl.Layout('n u r s', reduce='mean')."
         )

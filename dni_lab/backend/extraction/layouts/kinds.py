@@ -64,6 +64,9 @@ _LAST = (nn.Linear, nn.Bilinear, nn.Embedding, nn.LayerNorm, nn.EmbeddingBag)
 if hasattr(nn, "RMSNorm"):
     _LAST += (nn.RMSNorm,)
 
+#: Kinds whose units are the last axis whatever the others are.
+UNITS_LAST = _LAST
+
 #: (module types, rule), first match wins; subclasses match their base's rule.
 RULES: list[tuple[tuple[type, ...], Rule]] = [
     (_LAST, _last_axis),
