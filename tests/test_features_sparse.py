@@ -123,6 +123,6 @@ def test_forward_batches_reassemble_a_sparse_block(records, hyps):
     key = ["layer", "unit", "hid", "measure"]
     a, b = one.sort(key), split.sort(key)
     assert a["n_records"].to_list() == b["n_records"].to_list()
-    np.testing.assert_allclose(
-        a["unit_score"].to_numpy(), b["unit_score"].to_numpy(), atol=1e-6, equal_nan=True
-    )
+    # other batch shapes, other GEMM blockings: float32 scores summed over every symbol
+    symbols = sum(len(r) for r in records[:100])
+    assert_close_f32(a["unit_score"], b["unit_score"], reduction=symbols, equal_nan=True)

@@ -98,6 +98,8 @@ def assert_close_f32(
 def _f64(x) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().to(torch.float64).numpy()
+    elif hasattr(x, "to_numpy"):  # a Polars series: nulls become NaN
+        x = x.cast(float).to_numpy() if hasattr(x, "cast") else x.to_numpy()
     return np.asarray(x, dtype=np.float64)
 
 
