@@ -81,7 +81,7 @@ class Replayed:
     def model(self) -> dl.Model:
         """A model whose units are the stored activations."""
         return dl.Model(Replay(), encode=self._encode, symbols=lambda i: len(self.U[i]),
-                        name=self.name)  # fmt: skip
+                        name=self.name, layouts={"": "n s u"})  # fmt: skip
 
     def family(self, signals: list[str] | None = None) -> Any:
         """The stored hypotheses (``signals``: a subset, in order) as one family."""

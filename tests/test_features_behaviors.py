@@ -20,8 +20,8 @@ def pair():
     torch.manual_seed(0)
     lm = CharLM()
     fs = topk_set()
-    return dl.Model(lm, encode_chars, name="m"), dl.Model(WithLatents(lm, fs), encode_chars,
-                                                          name="m"), fs  # fmt: skip
+    ref = dl.Model(WithLatents(lm, fs), encode_chars, name="m", layouts={"latents": "n s u"})
+    return dl.Model(lm, encode_chars, name="m"), ref, fs
 
 
 def test_examples_of_a_latent_are_those_of_a_layer_that_outputs_it(pair, records):
