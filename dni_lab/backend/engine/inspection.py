@@ -252,9 +252,12 @@ class Inspection:
         for block_records, first in self._blocks():
             pre = None
             if not self.states:
-                # units first: the probe pass on the first records names a layer that
-                # cannot be read before any hypothesis runs; then a bad record, and a
-                # hypothesis whose level its length cannot tell, before the model reads a block
+                # a record without symbols is named before a model sees any (counting runs
+                # no model); then units: the probe pass on the first records names a layer
+                # that cannot be read before any hypothesis runs; then a hypothesis whose
+                # level its length cannot tell, before the model reads a block
+                for sp in self._spaces.values():
+                    self._symbol_counts(sp.models, block_records, first)
                 units = self._resolve_units(block_records)
                 try:
                     pre = self._first_hypotheses(block_records, first)
