@@ -178,3 +178,24 @@ def test_a_hypothesis_never_defined_is_null_with_a_reason_not_an_error():
     assert f["unit_score"].null_count() == f.height
     assert f.filter(pl.col("reason").is_null()).height == 0
     assert (f["n_undefined"] > 0).all()
+
+
+@pytest.mark.parametrize("name", ["iou", "mi", "corr", "ridge", "diffmeans"])
+def test_shards_forked_from_the_first_block_merge_to_one_pass(name):
+    # a cluster's workers start from a fork of the state after block 0 (its calibration,
+    # counts emptied): block 0's undefined counts must not come back once per shard
+    from dni_lab.backend.cluster.shards import fork, forkable
+
+    blocks = [tuple(padded_block(U, H, m, 1e6, -7.0)) for U, H, m in _blocks(5, [(0.2, 0.3)] * 4)]
+    meas = get_measure(name)
+    one = meas.start(NU, 2, info=INFO)
+    for b in blocks:
+        one = meas.update(one, *b)
+    first = meas.update(meas.start(NU, 2, info=INFO), *blocks[0])
+    merged = first
+    for b in blocks[1:]:
+        shard = fork(meas, first) if forkable(meas) else meas.start(NU, 2, info=INFO)
+        merged = meas.merge(merged, meas.update(shard, *b))
+    want, got = meas.result(one), meas.result(merged)
+    np.testing.assert_array_equal(got.n_undefined, want.n_undefined)
+    np.testing.assert_allclose(got.unit_score, want.unit_score, rtol=1e-9, atol=1e-12)
