@@ -263,8 +263,17 @@ def ablation(
     -------
     Verification
         ``frame``: one row per (k, unit set) with ``score``, ``baseline`` and ``drop``.
-        ``summary``: ``baseline`` and ``per_k`` (top score, random mean/std, and the
-        empirical p-value of the top set scoring this low among random sets).
+        ``summary``: ``baseline`` and ``per_k`` (top score, random mean/std, the
+        empirical p-value of the top set scoring this low among random sets,
+        ``possible_sets``: how many distinct random k-sets the draw can give, and
+        ``reason``: why the p-value is null, where that is 1 and every random set is the
+        same set; a :class:`~.vacuous.VacuousComparisonWarning` says so too).
+
+    Raises
+    ------
+    LayerError
+        When forcing every unit of ``layer`` leaves the model's output bitwise unchanged
+        (a tap whose output the model never uses), before any unit set runs.
     """
     draws = keyword_options(RandomSets, "ablation", options)
     return _compare("ablation", model, records, layer, units, ks, evaluate, draws, _zeros)

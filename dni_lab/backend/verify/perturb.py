@@ -192,7 +192,9 @@ def perturbation(
         ``frame``: one row per swap (record, position, symbols, kind, hypothesis values,
         ``delta_norm`` and ``delta`` of the units). ``summary``: ``silhouette`` of the
         units, ``random_silhouettes`` and their mean/std, the empirical ``p_value`` of
-        the units' silhouette among the random sets', counts, and ``sets`` (a frame).
+        the units' silhouette among the random sets' (null, with a ``reason``, where
+        ``possible_sets`` — the distinct random sets the draw can give — is 1), counts,
+        and ``sets`` (a frame).
     """
     draws = keyword_options(RandomSets, "perturbation", options)
     dev, rng = resolve_device(draws.device), np.random.default_rng(draws.seed)
