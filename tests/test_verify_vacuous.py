@@ -11,7 +11,7 @@ from conftest import CharLM, encode_chars, random_records
 from torch import nn
 
 import dni_lab as dl
-from dni_lab.backend.errors import LayerError
+from dni_lab.backend.errors import DNIError, LayerError
 from dni_lab.backend.verify.vacuous import VacuousComparisonWarning, possible_sets
 
 HIDDEN = 12
@@ -96,3 +96,19 @@ def test_ablating_a_tap_raises_and_names_the_layer_it_reads():
     # the tap reads what the LSTM outputs: ablating the LSTM works
     v = dl.verify.ablation(model, RECORDS, "lstm", [0, 1], ks=[2], n_random=3, device="cpu")
     assert v.summary["per_k"]["top"][0] != v.summary["baseline"]
+
+
+def test_a_permutation_test_that_can_move_nothing_raises():
+    """Records shuffle only among records of their length: all lengths distinct, no shuffle."""
+    model = model_of(CharLM(hidden=4, layers=1))
+    def cut(seed: int) -> list[str]:  # lengths 4..23, one record each
+        return [r[:n] for n, r in zip(range(4, 24), random_records(20, seed, 24, 25), strict=True)]
+
+    lengths = cut(2)
+    is_a = dl.hypothesis(kind="binary")(lambda r: [c == "a" for c in r])
+    with pytest.raises(DNIError, match="none of the 20 records shares its symbol count"):
+        dl.verify.permutation_test(model, [is_a], lengths, units=[("lstm", "*")],
+                                   n_permutations=9)  # fmt: skip
+    pairs = lengths + cut(3)  # every length twice: each pair can swap
+    f = dl.verify.permutation_test(model, [is_a], pairs, units=[("lstm", "*")], n_permutations=9)
+    assert f["p_value"].drop_nulls().len() > 0

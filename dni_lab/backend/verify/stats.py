@@ -235,6 +235,12 @@ def permutation_test(
         # a transformer reads tokens: character and word hypotheses are aligned to them
         blocks = _blocks(model, mp, for_model(fams, model), records, dev, batch_size)
     movable = sum(b - a for *_, strata in blocks for a, b in strata if b - a > 1)
+    if movable == 0:  # every permutation is the identity: every p-value would be 1
+        raise DNIError(
+            f"none of the {len(records)} records shares its symbol count with another, so "
+            "no permutation can move a hypothesis signal and every p-value would be 1. "
+            "Pass more records, or records of equal lengths (fixed-length windows)."
+        )
     if movable < 0.5 * len(records):
         warnings.warn(
             f"only {movable} of {len(records)} records share their length with another record; "
