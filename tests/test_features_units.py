@@ -130,7 +130,7 @@ def test_a_feature_set_on_a_transformer_hook_name(records):
     model = dl.Model.from_hf(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="gpt")
     fs = topk_set(d_in=32, d_sae=64, k=8, hook="blocks.1.hook_resid_post")
 
-    @dl.hypothesis(kind="binary")
+    @dl.hypothesis(kind="binary", level="word")
     def has_from(r):
         return ["from" in w for w in r.split(" ")]
 
