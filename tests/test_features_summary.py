@@ -23,7 +23,7 @@ def test_summary_of_a_latent(gpt):
     fs = identity_set(16, "blocks.1.hook_resid_post")  # latent 5 = relu(x_5)
     records = corpus(60, seed=3)
 
-    @dl.hypothesis(kind="binary")
+    @dl.hypothesis(kind="binary", level="word")
     def is_from(r):
         return [w == "from" for w in r.split(" ")]
 
@@ -63,7 +63,7 @@ def test_dashboard_panel_follows_the_selection(gpt):
     fs = identity_set(16, "blocks.1.hook_resid_post")
     records = corpus(40, seed=4)
 
-    @dl.hypothesis(kind="binary")
+    @dl.hypothesis(kind="binary", level="word")
     def is_from(r):
         return [w == "from" for w in r.split(" ")]
 

@@ -48,7 +48,7 @@ def test_train_sae_streams_saves_and_reports(gpt, tmp_path, capsys):
     x = torch.randn(5, 16)
     torch.testing.assert_close(back.encode(x), res.features.encode(x))
     # the trained set is a unit set at once
-    @dl.hypothesis(kind="binary")
+    @dl.hypothesis(kind="binary", level="word")
     def is_from(r):
         return [w == "from" for w in r.split(" ")]
 
