@@ -7,6 +7,7 @@ Everything streams block by block: sums, never an activation matrix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -89,6 +90,11 @@ def _first(out: Any) -> torch.Tensor:
 @contextlib.contextmanager
 def patched(model: Model, addr: str, fn):
     """The hook's output replaced by ``fn(output)`` inside the block (hook removed on exit)."""
+
+    layout = model.layout(addr) if model.reads_layouts and model.has_widths else None
+    if layout is not None:  # the units may not be the last axis (a conv map's channels)
+        where = f"layer {addr!r} of model {model.name!r}"
+        fn = functools.partial(layout.map_units, fn=fn, where=where)
 
     def hook(_m, _i, out):
         new = fn(_first(out))

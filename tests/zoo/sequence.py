@@ -3,8 +3,8 @@ and nn.MultiheadAttention used directly, each batch-first and time-first.
 
 Strings have 3..9 characters, 12 records, widths of 10 or more: no sequence length equals
 a width or the record count. A time-first module's output reads ``s n u``; a Linear or a
-LayerNorm applied to a time-first tensor reads ``n s u`` by its kind, so its row count
-(positions) differs from the records and the contract refuses it.
+LayerNorm fed that output directly reads ``s n u`` too (units last, the other axes its
+input's: the data flow), and ``n s u`` when a function transposed it back first.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class RNNNet(nn.Module):
 
 def _rnn_entry(name: str, cell: type, batch_first: bool, seed: int, head_tf: bool = False,
                **kw) -> None:  # fmt: skip
-    expect = {"embed": SEQ, "rnn": SEQ if batch_first else TSEQ, "head": SEQ}
+    expect = {"embed": SEQ, "rnn": SEQ if batch_first else TSEQ, "head": TSEQ if head_tf else SEQ}
 
     def build():
         seeded(seed)

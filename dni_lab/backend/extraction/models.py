@@ -324,8 +324,9 @@ class Model:
                 self._read.pop(addr, None)
                 self._unreadable[addr] = (
                     f"layer {addr!r} of model {self.name!r} runs {n} times in one forward pass "
-                    "(a shared module), so it has no one output per symbol; read the modules "
-                    "around each call, or give each call a module of its own."
+                    "on different values (a shared module), so it has no one output per "
+                    "symbol; read the modules around each call, or give each call a module "
+                    "of its own."
                 )
         widths: dict[str, int] = {}
         for addr in self.addresses:
@@ -546,13 +547,20 @@ def _see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) ->
     where = f"layer {addr!r}"
 
     def hook(_mod, args, kwargs, out):
-        calls[addr] = calls.get(addr, 0) + 1
         try:
             t = layout.select(out, where) if layout is not None else first_tensor(out, where)
         except LayerError as exc:
             if layout is not None:
                 seen[addr] = str(exc)
             return  # no tensor output: not a readable address
+        before = seen.get(addr)
+        # a module run again on the same values (TransformerLens applies ln1 to the
+        # query, key and value inputs alike) has one output; other values make two
+        if before is None:
+            calls[addr] = 1
+        elif not (isinstance(before, Seen) and before.out.shape == t.shape
+                  and torch.equal(before.out, t)):
+            calls[addr] += 1
         seen[addr] = Seen(t, first_input(args, kwargs))
 
     return hook

@@ -168,6 +168,20 @@ class Layout:
             x = x.unsqueeze(1)  # one vector per record: one position
         return x.reshape(x.shape[0], x.shape[1], -1)
 
+    def map_units(self, t: torch.Tensor, fn: Any, where: str) -> torch.Tensor:
+        """``t`` with ``fn`` applied to each symbol's units vector, axes put back.
+
+        ``fn`` maps ``(..., units)`` to the same shape (a feature set's reconstruction);
+        a ``Conv2d`` map's channels are its units at every pixel.
+        """
+        self.check(t, where)
+        order = _order(self.axes)
+        x = t.permute(*order)
+        n_u = self.axes.count("u")
+        lead = x.shape[: x.dim() - n_u]
+        y = fn(x.reshape(*lead, -1)).reshape(x.shape)
+        return y.permute(*sorted(range(len(order)), key=order.__getitem__))
+
     # -- writing ------------------------------------------------------------
     def write(self, t: torch.Tensor, idx: torch.Tensor, values: torch.Tensor | float,
               counts: list[int] | None, where: str, prefix: int = 0) -> torch.Tensor:
