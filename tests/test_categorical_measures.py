@@ -128,3 +128,20 @@ def test_a_constant_hypothesis_is_named_as_the_cause():
     assert f["unit_score"].null_count() == f.height
     # the hypothesis is the cause, also on the dead unit's rows
     assert f["reason"].str.starts_with("hypothesis is constant").all(), f["reason"].unique()
+
+
+def test_a_query_keeps_the_indicator_rows_and_joins_them_to_their_hypothesis(toy):
+    model, _ = toy
+    want = dl.inspect(model, [char_class], ["corr"], RECS, eps=None, cache=False)
+    ns = {"lm": model, "texts": RECS, "hyps": [char_class]}
+    got = dl.query("SELECT * INSPECT lm AND hyps OVER texts WITH (eps = NULL)", namespace=ns)
+    assert "char_class=1" in set(got["hid"])
+    cols = ["layer", "unit", "hid", "unit_score", "reason"]
+    assert got.sort(cols[:3]).select(cols).equals(want.sort(cols[:3]).select(cols))
+    # joined to the hypotheses relation: an indicator row carries its hypothesis's columns
+    sql = ("SELECT S.hid, H.kind INSPECT U.uid AND H.h USING corr OVER texts "
+           "FROM lm M, units U, hypotheses H WHERE U.layer = 'lstm' AND H.name = 'char_class' "
+           "WITH (eps = NULL)")  # fmt: skip
+    joined = dl.query(sql, namespace=ns)
+    assert set(joined["hid"]) == set(want["hid"])
+    assert set(joined["kind"]) == {"categorical"}

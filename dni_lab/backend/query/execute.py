@@ -26,7 +26,9 @@ from .grouping import Grouping, Step
 from .sql import RelationalEngine
 from .subset import select_signals
 
-_INTERNAL = {"__dl_m": pl.Int64, "__dl_g": pl.Int64}
+#: ``__dl_hp``: the hypothesis a row belongs to in the query's relations: its own hid, or
+#: for a category's indicator row (``"h=c"``, added for corr/ridge/diffmeans) its parent's
+_INTERNAL = {"__dl_m": pl.Int64, "__dl_g": pl.Int64, "__dl_hp": pl.String}
 
 
 class QueryInspection:
@@ -40,6 +42,7 @@ class QueryInspection:
         self.current: Inspection | None = None
         self.step_index = 0
         self._names: dict[str, int] = {}
+        self._parents: dict[str, str] = {}  # indicator hid -> its categorical hypothesis
         self._done: list[pl.DataFrame] = []  # finished steps' S rows (with group ids)
         self._base = Progress()  # totals of finished steps
         self._records: list[dict[str, Any]] = []  # finished steps' provenance
@@ -145,7 +148,7 @@ class QueryInspection:
             models.append(model)
         records = [scope.datasets[d].records[r] for d, r in step.records]
         families = _families(self.grouping, step)
-        return Inspection(
+        insp = Inspection(
             models,
             families,
             self.grouping.measures,
@@ -153,6 +156,8 @@ class QueryInspection:
             units=step.units,
             params=self.grouping.options,
         )
+        self._parents = {i.name: i.parent for i in insp.info if i.parent is not None}
+        return insp
 
     def _rename(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Engine model names back to checkpoint ids (``__dl_m``) and the models' own names."""
@@ -160,6 +165,7 @@ class QueryInspection:
         frame = frame.with_columns(
             __dl_m=pl.col("mid").replace_strict(self._names, return_dtype=pl.Int64, default=None),
             mid=pl.col("mid").replace_strict(mids, return_dtype=pl.String, default=None),
+            __dl_hp=pl.col("hid").replace(self._parents),
         )
         ub = self.grouping.units
         if ub.kind != "features":
@@ -178,7 +184,7 @@ class QueryInspection:
         parts = []
         for gi in step.groups:
             g = self.grouping.groups[gi]
-            rows = frame.filter(pl.col("hid").is_in([h for _, _, h in g.hyps]))
+            rows = frame.filter(pl.col("__dl_hp").is_in([h for _, _, h in g.hyps]))
             explicit = {m: u for m, u in g.units.items() if u is not None}
             if explicit:
                 pairs = pl.DataFrame(
@@ -196,7 +202,9 @@ class QueryInspection:
             pl.concat(parts)
             if parts
             else empty_frame().with_columns(
-                __dl_m=pl.lit(None, pl.Int64), __dl_g=pl.lit(None, pl.Int64)
+                __dl_m=pl.lit(None, pl.Int64),
+                __dl_g=pl.lit(None, pl.Int64),
+                __dl_hp=pl.lit(None, pl.String),
             )
         )
 

@@ -71,7 +71,8 @@ def build_final(p: Grouping) -> Final:
         join(m.alias, frame, f'{qs}."__dl_m" = {qa(m.alias)}."__dl_m"')
     h = p.hyps
     frame = h.frame.unique("hid", maintain_order=True)  # type: ignore[union-attr]
-    join(h.alias, frame, f'{qs}."hid" = {qa(h.alias)}."hid"')
+    # a category's indicator row ("h=c") joins its categorical hypothesis's row
+    join(h.alias, frame, f'{qs}."__dl_hp" = {qa(h.alias)}."hid"')
     for alias in bd.aliases:
         cols = [c for a, c in p.key_refs if a == alias]
         if alias in visible or not cols:
