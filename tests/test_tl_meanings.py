@@ -512,3 +512,24 @@ def test_rotary_on_gemma3_norms_heads_first(tok):
             assert close(rot_q[r, : m.symbols(rec)], want) < RTOL
     finally:
         h.remove()
+
+
+def test_an_input_taken_by_keyword_is_forced_where_it_is_read(models):
+    """LLaMA's layers call self-attention with ``hidden_states=...`` (no positional input)."""
+    from dni_lab.backend.verify.force import force_units
+
+    m = models["llama"]
+    attn = m.module.model.layers[0].self_attn
+    addr, got = extracted(m, "model.layers.0.self_attn.input")
+    box = {}
+    rec = RECORDS[0]
+    with force_units(m, addr, [5], 0.0):
+        h = attn.register_forward_pre_hook(  # after the forcing hook: sees what it passes on
+            lambda _m, a, kw: box.setdefault("in", (a, dict(kw))), with_kwargs=True
+        )
+        seen(m, attn.q_proj, rec, pre=True)
+    h.remove()
+    args, kwargs = box["in"]
+    x = args[0] if args else kwargs["hidden_states"]
+    assert not args and x[..., 5].abs().max() == 0  # by keyword, and forced there
+    assert got[0, : m.symbols(rec), 5].abs().max() > 0

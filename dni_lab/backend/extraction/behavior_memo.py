@@ -59,12 +59,22 @@ def model_state(module: nn.Module) -> tuple[int, ...]:
     for t in list(module.parameters()) + list(module.buffers()):
         # accelerate's offload hooks swap weights in under inference mode: such tensors
         # keep no version counter (and cannot change outside inference mode)
-        out += (id(t), t.data_ptr(), -1 if t.is_inference() else t._version)
+        out += (id(t), _storage_ptr(t), -1 if t.is_inference() else t._version)
     for m in module.modules():
         for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks):
             out += (k for k, fn in hooks.items() if getattr(fn, "__module__", "") != _OURS)
     out += (-1, *_global_hooks._global_forward_hooks, *_global_hooks._global_forward_pre_hooks)
     return tuple(out)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    """Where ``t``'s values live; a sparse tensor has no one pointer: its values' do."""
+    if t.layout != torch.strided:
+        try:
+            return t._values().data_ptr() if t.is_sparse else -2
+        except RuntimeError:  # an uncoalesced or compressed layout: its layout stands in
+            return -2
+    return t.data_ptr()
 
 
 class BehaviorMemo:

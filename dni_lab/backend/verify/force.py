@@ -25,6 +25,7 @@ from torch import nn
 from ..errors import LayerError
 from ..extraction.layouts import first_tensor
 from ..extraction.models import Model
+from ..hf.capture import first_input
 from ..hf.names import reads_input
 
 _CELLS = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell}
@@ -194,12 +195,23 @@ def replace_output(out: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
 
 
 def _input_hook(idx: torch.Tensor, values: float | torch.Tensor, symbol_slots=None):
-    """A forward pre-hook forcing units of the module's first positional input."""
+    """A forward pre-hook forcing units of the module's first input (as ``.input`` reads it).
 
-    def hook(_mod, args, kwargs):
-        if not args or not isinstance(args[0], torch.Tensor):
-            raise LayerError("the module's first positional input is no tensor to force units in.")
-        return (_forced(args[0], idx, values, symbol_slots), *args[1:]), kwargs
+    The first tensor argument, positional or by keyword: Hugging Face attention modules
+    take their hidden states by keyword.
+    """
+
+    def hook(mod, args, kwargs):
+        try:
+            x = first_input(mod, args, kwargs)  # the tensor reading ``.input`` takes
+        except StopIteration:
+            x = None
+        if not isinstance(x, torch.Tensor):
+            raise LayerError("the module's input holds no tensor to force units in.")
+        forced = _forced(x, idx, values, symbol_slots)
+        if args and args[0] is x:
+            return (forced, *args[1:]), kwargs
+        return args, {k: forced if v is x else v for k, v in kwargs.items()}
 
     return hook
 
