@@ -29,6 +29,7 @@ from .backend.errors import (
     LayerError,
     MeasureError,
 )
+from .backend.extraction.activations import ActivationCache, activations
 from .backend.extraction.layouts import Frames, Layout
 from .backend.extraction.models import Model
 from .backend.hypothesis.cache import HypothesisCache
@@ -42,6 +43,7 @@ from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.query import Catalog, QueryError, query
 
 __all__ = [
+    "ActivationCache",
     "BehaviorError",
     "CancelledError",
     "Catalog",
@@ -62,6 +64,7 @@ __all__ = [
     "Progress",
     "QueryError",
     "Run",
+    "activations",
     "examples",
     "export",
     "features",

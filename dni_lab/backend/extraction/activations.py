@@ -1,0 +1,283 @@
+"""``dl.activations``: a model's activations by name, as tensors and as a long frame.
+
+What TransformerLens's ``run_with_cache(names_filter=...)`` and nnsight's ``.save()``
+give, read the way ``dl.inspect`` reads units: names (module paths, TransformerLens hook
+names, nnsight paths on a Hugging Face model) resolve through ``model.resolve_layer``,
+the engine's :class:`~.extract.Extractor` reads them in blocks of records (a Hugging Face
+model's forward pass stops after the last block a name needs), and values are laid out
+per *symbol* (a token of an HF model, without special tokens or padding; a character of a
+string record; a pixel of an image map, as the model's layouts say).
+
+A cache holds padded ``(records, symbols, units)`` float32 tensors on the CPU plus each
+record's symbol count (``lengths``); positions past a record's length are 0. With
+``stream=True`` the call yields one cache per block instead, so memory stays bounded by
+one block whatever the data's size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from ..errors import DNIError, LayerError
+from .extract import Extractor, on_device, resolve_device, symbol_mask
+from .models import Model
+
+#: a name and its unit selection: ``"blocks.3.hook_resid_post"`` or ``(name, [0, 5])``
+Name = str | tuple[str, Any]
+
+
+class ActivationCache:
+    """Activations of some names over some records: ``cache[name]`` is ``(R, T, U)``.
+
+    Attributes
+    ----------
+    names : list of str
+        The names as the caller gave them (selections dropped), in order.
+    addresses : dict
+        ``{name: resolved address}`` (a TransformerLens name and its module path).
+    units : dict
+        ``{name: unit indices}`` of each name's layer, in column order.
+    lengths : torch.Tensor
+        ``(R,)`` int64: each record's symbol count; slots past it are padding (0).
+    first : int
+        The data position of record 0 (a streamed block's offset; 0 for a whole run).
+    """
+
+    def __init__(
+        self,
+        values: dict[str, list[torch.Tensor]],
+        lengths: torch.Tensor,
+        addresses: dict[str, str],
+        units: dict[str, np.ndarray],
+        first: int = 0,
+    ) -> None:
+        self._values = values
+        self.lengths = lengths
+        self.addresses = addresses
+        self.units = units
+        self.names = list(addresses)
+        self.first = first
+
+    @property
+    def n_records(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.addresses or name in self.addresses.values()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def _name(self, name: str) -> str:
+        if name in self.addresses:
+            return name
+        by_address = [n for n, a in self.addresses.items() if a == name]
+        if by_address:
+            return by_address[0]
+        raise KeyError(
+            f"{name!r} is not in this activation cache; it holds {self.names} "
+            "(pass the name to dl.activations(names=[...]))."
+        )
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        """``(R, T, U)`` float32, ``T`` the longest record's symbols; 0 past ``lengths``."""
+        key = self._name(name)
+        parts = self._values[key]
+        if len(parts) > 1:  # blocks differ in length: pad them to the longest, once
+            T = max(p.shape[1] for p in parts)
+            parts[:] = [torch.cat([torch.nn.functional.pad(p, (0, 0, 0, T - p.shape[1]))
+                                   for p in parts])]  # fmt: skip
+        return parts[0]
+
+    def record(self, i: int, name: str) -> torch.Tensor:
+        """Record ``i``'s values of ``name``: ``(symbols, units)``, no padding."""
+        return self[name][i, : int(self.lengths[i])]
+
+    def frame(self, name: str) -> pl.DataFrame:
+        """A long frame of ``name``: ``record``, ``symbol``, ``unit``, ``value``, real symbols only.
+
+        ``record`` counts from :attr:`first` (a record's position in the data), ``unit``
+        is the unit's index in its layer.
+        """
+        key = self._name(name)
+        t = self[key]
+        _, T, U = t.shape
+        real = torch.arange(T)[None, :] < self.lengths[:, None]
+        r, s = real.nonzero(as_tuple=True)
+        vals = t[r, s].numpy()  # (n real symbols, U)
+        n = len(r)
+        return pl.DataFrame(
+            {
+                "record": np.repeat(r.numpy() + self.first, U).astype(np.int64),
+                "symbol": np.repeat(s.numpy(), U).astype(np.int64),
+                "unit": np.tile(self.units[key], n).astype(np.int64),
+                "value": vals.reshape(-1).astype(np.float32),
+            }
+        )
+
+    def to_polars(self) -> pl.DataFrame:
+        """Every name's :meth:`frame`, one after another, with a leading ``name`` column."""
+        return pl.concat(
+            [self.frame(n).select(pl.lit(n).alias("name"), pl.all()) for n in self.names]
+        )
+
+    def __repr__(self) -> str:
+        shapes = {n: tuple(self[n].shape) for n in self.names}
+        return f"ActivationCache({self.n_records} records, {shapes})"
+
+
+def activations(
+    model: Model | nn.Module,
+    data: Iterable[Any],
+    names: Sequence[Name],
+    *,
+    block_size: int = 256,
+    forward_batch: int | None = None,
+    device: str | torch.device = "auto",
+    stream: bool = False,
+) -> ActivationCache | Iterator[ActivationCache]:
+    """Read the activations at ``names`` over ``data``: an :class:`ActivationCache`.
+
+    Parameters
+    ----------
+    model : Model or nn.Module
+        A :class:`~dni_lab.Model` (``dl.Model.from_hf(module, tokenizer)`` for a
+        transformer); a bare module is wrapped as ``dl.Model(module)``.
+    data : iterable
+        The records (a list, any iterable; read block by block).
+    names : sequence
+        Addresses, TransformerLens hook names or nnsight paths
+        (``"blocks.3.hook_resid_post"``, ``"transformer.h.3.attn.hook_z"``), each
+        alone (every unit) or as ``(name, units)`` with unit indices.
+    block_size : int
+        Records per block (per forward pass unless ``forward_batch`` cuts it).
+    forward_batch : int, optional
+        Most records per forward pass; a block is cut into passes over records of
+        similar length (less padding).
+    device : str or torch.device
+        Where the model runs (``"auto"``: CUDA, then MPS, else the CPU). Values come
+        back on the CPU.
+    stream : bool
+        Yield one cache per block (its :attr:`~ActivationCache.first` says where it
+        starts in the data) instead of one cache over all the data: memory stays
+        bounded by a block. The model is held on ``device`` in eval mode only while a
+        block runs; between blocks it is as the caller left it.
+
+    Returns
+    -------
+    ActivationCache or iterator of ActivationCache
+        ``cache[name]``: ``(records, symbols, units)`` float32, padded with 0 past
+        ``cache.lengths``; ``cache.frame(name)`` / ``cache.to_polars()``: long frames.
+
+    Raises
+    ------
+    LayerError
+        For a name the model does not have (with the names it does), before any block runs.
+    """
+    if isinstance(model, nn.Module):
+        model = Model(model)
+    if not isinstance(model, Model):
+        raise DNIError(
+            f"dl.activations takes a dl.Model (or an nn.Module), not {type(model).__name__}; "
+            "wrap a transformer with dl.Model.from_hf(module, tokenizer)."
+        )
+    if isinstance(names, (str, tuple)):
+        names = [names]
+    if not names:
+        raise LayerError("no names given; pass names=['blocks.0.hook_resid_post', ...].")
+    if not (isinstance(block_size, int) and block_size > 0):
+        raise DNIError(f"block_size must be a positive count, not {block_size!r}.")
+    dev = resolve_device(device)
+    blocks = _blocks(data, block_size)
+    if stream:
+        return _stream(model, blocks, names, dev, forward_batch)
+    with on_device(model, dev):
+        parts = list(_run(model, blocks, names, dev, forward_batch))
+    if not parts:
+        raise DNIError("data holds no records; pass at least one record.")
+    head = parts[0]
+    values = {n: [t for p in parts for t in p._values[n]] for n in head.names}
+    lengths = torch.cat([p.lengths for p in parts])
+    return ActivationCache(values, lengths, head.addresses, head.units)
+
+
+def _stream(model, blocks, names, dev, forward_batch) -> Iterator[ActivationCache]:
+    """One cache per block; the model on ``dev`` in eval mode only while a block runs."""
+    plan = None
+    for first, recs in blocks:
+        with on_device(model, dev):
+            plan = plan or _plan(model, names, recs, dev, forward_batch)
+            cache = _block(model, plan, first, recs, dev)
+        yield cache
+
+
+def _run(model, blocks, names, dev, forward_batch) -> Iterator[ActivationCache]:
+    plan = None
+    for first, recs in blocks:
+        plan = plan or _plan(model, names, recs, dev, forward_batch)
+        yield _block(model, plan, first, recs, dev)
+
+
+def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(first, records)`` blocks of an iterable, read lazily (a generator stays one)."""
+    from ..engine.resolve import as_records
+
+    it = iter(as_records(data))
+    first = 0
+    while True:
+        recs = list(itertools.islice(it, size))
+        if not recs:
+            return
+        yield first, recs
+        first += len(recs)
+
+
+def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_batch):
+    """Names → addresses and unit indices, and the Extractor reading their union."""
+    from ..engine.resolve import resolve_units
+
+    pairs = [(n, "*") if isinstance(n, str) else tuple(n) for n in names]
+    bad = [p for p in pairs if len(p) != 2 or not isinstance(p[0], str)]
+    if bad:
+        raise LayerError(
+            f"cannot read name {bad[0]!r}; pass a name or a (name, [unit indices]) pair."
+        )
+    mu = resolve_units(model, [[p] for p in pairs], sample[:2], dev)
+    # each name's columns within its address's union of units
+    addresses, units, cols = {}, {}, {}
+    for g, (name, _sel) in zip(mu.groups, pairs, strict=True):
+        addr = str(mu.layers[g.cols[0]])
+        start = int(np.flatnonzero(mu.layers == addr)[0])
+        addresses[name] = addr
+        units[name] = mu.units[g.cols]
+        cols[name] = torch.as_tensor(g.cols - start)
+    ex = Extractor(model, mu.layer_units, "activation", dev, forward_batch=forward_batch)
+    return ex, addresses, units, cols
+
+
+def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCache:
+    ex, addresses, units, cols = plan
+    mask = symbol_mask(model, recs, dev)
+    # the memo is skipped: a cache's tensors are the caller's, to keep or change
+    out = ex._batched(recs, mask, first)
+    values = {}
+    for name, addr in addresses.items():
+        t = out[addr]
+        c = cols[name]
+        whole = len(c) == t.shape[-1] and bool((c == torch.arange(len(c))).all())
+        values[name] = [(t if whole else t[..., c.to(t.device)]).cpu()]
+    lengths = mask.sum(1).cpu().to(torch.int64)
+    return ActivationCache(values, lengths, addresses, units, first)
