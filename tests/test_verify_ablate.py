@@ -172,3 +172,23 @@ def test_random_unit_sets_exclude_the_tested_units():
     assert all(len(s) == 4 and not set(s) & {0, 1, 2, 3} for s in sets)
     narrow = dl.verify.random_unit_sets(5, 4, 3, [0, 1, 2, 3], np.random.default_rng(0))
     assert all(len(set(s)) == 4 for s in narrow)  # too few others: the whole layer
+
+
+def test_oracle_forces_no_nan_where_the_hypothesis_is_undefined(depth_model):
+    model, S, recs, digit_value = depth_model
+    depth = hypothesis("depth")
+
+    def depth_or_undefined(r):  # undefined on every other symbol
+        return [float("nan") if i % 2 else v for i, v in enumerate(depth(r))]
+
+    seen = []
+    h = model._module("lstm").register_forward_hook(
+        lambda _m, _i, o: seen.append(bool(torch.isnan(o[0]).any()))
+    )
+    try:
+        v = dl.verify.oracle(model, recs[:40], "lstm", S[:2], depth_or_undefined, n_random=2,
+                             evaluate=digit_value, device="cpu")
+    finally:
+        h.remove()
+    assert seen and not any(seen)
+    assert np.isfinite(v.summary["per_k"]["top"][0])

@@ -230,7 +230,9 @@ def _signal_range(fam, records, n_sym, batch_size) -> tuple[float, float]:
         n = np.asarray(n_sym[f : f + len(recs)])
         h = hypothesis_block([fam], recs, n.tolist(), f, None)[..., 0]
         vals = h[np.arange(h.shape[1])[None, :] < n[:, None]]
-        lo, hi = min(lo, float(vals.min())), max(hi, float(vals.max()))
+        vals = vals[~np.isnan(vals)]  # undefined symbols (NaN) have no value to span
+        if len(vals):
+            lo, hi = min(lo, float(vals.min())), max(hi, float(vals.max()))
     return lo, hi
 
 
@@ -299,7 +301,8 @@ def oracle(
     """Oracle-k: force the top ``k`` units to the hypothesis pattern scaled to [-1, 1].
 
     The pattern is ``2 (h - min) / (max - min) - 1`` over all symbols of
-    ``records``. A unit anti-correlated with the hypothesis gets the negated
+    ``records``; a symbol where the hypothesis is undefined (NaN or None) takes 0,
+    the pattern's midpoint. A unit anti-correlated with the hypothesis gets the negated
     pattern: ``signs`` per unit, or the sign of its ``corr`` with the hypothesis
     over ``records`` (the DNI paper notes the sign may need tuning). Random
     k-sets get the same pattern with the signs of their own correlations.
@@ -340,6 +343,8 @@ def oracle(
         def per_batch(first: int, recs: list[Any]) -> torch.Tensor:
             h = hypothesis_block([fam], recs, n_sym[first : first + len(recs)], first, None)
             pattern = 2 * (h[..., 0] - lo) / (hi - lo) - 1
+            # an undefined symbol (NaN) has no value to force: the pattern's midpoint, 0
+            pattern = np.nan_to_num(pattern, nan=0.0)
             return torch.as_tensor(pattern[..., None] * sg[None, None, :], dtype=torch.float32)
 
         return per_batch
