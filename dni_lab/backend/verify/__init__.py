@@ -8,13 +8,15 @@ under test with random unit sets of the same size, or the scores with a null:
   units' activation changes (DeepBase §4.4, §6.1);
 * :func:`ablation`, :func:`oracle` — remove the top-k units, or force them to the
   hypothesis pattern, and measure task accuracy (DNI workshop paper §5.2);
+* :func:`patching` — write a unit set's (or heads') values from clean records into
+  corrupted ones and measure a metric (a logit difference), against random sets;
 * :func:`generative` — force units while sampling and count how often the
   hypothesis fires in the output (Luigi, DNI paper);
 * :func:`permutation_test`, :func:`bh_qvalues`, :func:`with_qvalues`,
   :func:`untrained_baseline`, :func:`selectivity` — significance and controls.
 
 The checks live in this package's modules (perturb, ablate, force, generate,
-controls, stats, rules, common); this module is their public face.
+patching, controls, stats, rules, common); this module is their public face.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .controls import (
 )
 from .force import force_units
 from .generate import generative
+from .patching import logit_difference, patching
 from .perturb import perturbation, silhouette_score
 from .rules import (
     CHAR_CLASSES,
@@ -59,8 +62,10 @@ __all__ = [
     "force_units",
     "generative",
     "grammar_terminals",
+    "logit_difference",
     "next_symbol_accuracy",
     "oracle",
+    "patching",
     "permutation_test",
     "perturbation",
     "random_unit_sets",
