@@ -201,3 +201,17 @@ def test_the_model_is_left_as_found_and_bad_input_is_named(planted):
         module.eval()
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
     assert hooks == [(len(x._forward_hooks), len(x._forward_pre_hooks)) for x in module.modules()]
+
+
+def test_the_plot_shows_the_tested_set_against_random_sets(planted):
+    pytest.importorskip("altair")
+    from dni_lab.widgets import patching_chart
+
+    _module, _tok, m, answers = planted
+    v = dl.verify.patching(m, CLEAN[:4], CORRUPTED[:4], "blocks.0.attn.hook_z", heads=[HEAD],
+                           answers=answers[:4], n_random=3, device="cpu")  # fmt: skip
+    chart, data, keys = patching_chart(v)
+    assert data["label"].to_list() == ["tested", "random", "random", "random"]
+    assert data["recovered"].to_list() == v.frame["recovered"].to_list()
+    spec = chart.to_dict()
+    assert "transformer.h.0.attn.hook_z" in str(spec) and keys == []

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the API reference
     from .feature_dashboard import FeatureDashboard
     from .image_overlay import ImageOverlay
     from .lab import Lab
+    from .patching_chart import patching_chart
     from .plots import Plot, to_svg
     from .progress import ProgressView, progress_text
     from .query_builder import QueryBuilder
@@ -41,6 +42,7 @@ _HOMES = {
     "FeatureDashboard": "feature_dashboard",
     "ImageOverlay": "image_overlay",
     "Lab": "lab",
+    "patching_chart": "patching_chart",
     "Plot": "plots",
     "to_svg": "plots",
     "ProgressView": "progress",
@@ -65,6 +67,7 @@ __all__ = [
     "epoch_scores",
     "heatmap",
     "link_selection",
+    "patching_chart",
     "progress_text",
     "selection_key",
     "sorted_scores",

@@ -18,12 +18,14 @@ import traitlets
 
 from . import charts
 from ._base import Panel, as_selection, esm, selection_key
+from .patching_chart import patching_chart
 
 KINDS: dict[str, Callable[..., charts.Built]] = {
     "sorted": charts.sorted_scores,
     "epochs": charts.epoch_scores,
     "heatmap": charts.heatmap,
     "verification": charts.verification,
+    "patching": patching_chart,
 }
 _HREF = re.compile(r'xlink:href="[^"#]*#dni=')
 _RENDER_LOCK = threading.Lock()  # vl-convert's engine is shared by the process
@@ -47,8 +49,8 @@ class Plot(Panel):
 
     Parameters
     ----------
-    kind : {"sorted", "epochs", "heatmap", "verification"}
-        Which chart (:mod:`dni_lab.widgets.charts`).
+    kind : {"sorted", "epochs", "heatmap", "verification", "patching"}
+        Which chart (:mod:`dni_lab.widgets.charts`; ``"patching"``: :mod:`.patching_chart`).
     source : polars.DataFrame or verification result
         What to plot.
     **options
