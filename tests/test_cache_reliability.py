@@ -166,7 +166,8 @@ CORRUPTIONS = {
 REWRITTEN = {  # the sidecar agrees, the content is still wrong
     "float64": (VALUES.astype(np.float64), [6, 2]),
     "3-D": (VALUES.reshape(6, 2, 1), [6, 2, 1]),
-    "NaN": (np.full((6, 2), np.nan, np.float32), [6, 2]),
+    # NaN is a stored value ("undefined here"); inf never is
+    "inf": (np.full((6, 2), np.inf, np.float32), [6, 2]),
     "object dtype": (np.array([[{"a": 1}]], dtype=object), [1, 1]),
     "shape disagrees": (VALUES, [2, 6]),
 }
@@ -299,3 +300,13 @@ def test_default_memory_budget_is_bounded():
         cache.put("fp", str(i), block)
     assert cache.nbytes <= cache.max_bytes
     assert cache.get("fp", "11") is not None and cache.get("fp", "0") is None
+
+
+def test_undefined_values_are_stored_and_served(tmp_path):
+    values = VALUES.copy()
+    values[1, 0] = np.nan  # "undefined here": a hypothesis value, not a corruption
+    cache = HypothesisCache(tmp_path)
+    cache.put("fp", "nan", values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(HypothesisCache(tmp_path).get("fp", "nan"), values)

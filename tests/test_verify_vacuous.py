@@ -112,3 +112,16 @@ def test_a_permutation_test_that_can_move_nothing_raises():
     pairs = lengths + cut(3)  # every length twice: each pair can swap
     f = dl.verify.permutation_test(model, [is_a], pairs, units=[("lstm", "*")], n_permutations=9)
     assert f["p_value"].drop_nulls().len() > 0
+
+
+def test_set_counts_past_64_bits_fit_a_frame():
+    import math
+
+    import polars as pl
+
+    from dni_lab.backend.verify.vacuous import possible_sets
+
+    n = possible_sets(256, 12, 12)
+    assert isinstance(n, float) and n == float(math.comb(244, 12))
+    assert pl.DataFrame([{"k": 1, "possible_sets": possible_sets(256, 1, 1)},
+                         {"k": 12, "possible_sets": n}])["possible_sets"].dtype == pl.Float64

@@ -133,7 +133,7 @@ class Model:
         if not isinstance(module, nn.Module):
             raise TypeError(f"Model needs an nn.Module, got {type(module).__name__}.")
         if isinstance(module, torch.jit.ScriptModule):
-            raise DNIError(
+            raise LayerError(
                 f"{type(module).__name__} is a TorchScript module: forward hooks cannot be "
                 "installed on it, so no unit can be read. Load the eager (Python) model instead."
             )

@@ -36,14 +36,16 @@ class VacuousComparisonWarning(UserWarning):
     """A comparison with random unit sets cannot tell the units apart from chance."""
 
 
-def possible_sets(width: int, k: int, exclude: int) -> int:
+def possible_sets(width: int, k: int, exclude: int) -> int | float:
     """How many distinct sets :func:`~.common.random_unit_sets` can draw.
 
     ``C(width - exclude, k)``, or ``C(width, k)`` where too few units are left outside the
     ``exclude`` units of the set under test and the draw falls back to the whole layer.
+    A count past 64 bits (C(256, 12)) is a float: frames hold 64-bit integers.
     """
     pool = width - exclude if width - exclude >= k else width
-    return math.comb(pool, k)
+    n = math.comb(pool, k)
+    return n if n < 2**63 else float(n)
 
 
 def one_set_reason(width: int, k: int, exclude: int, n_random: int) -> str | None:
