@@ -40,11 +40,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/dni-lab demo
 
-test: $(STAMP) saelens-env
+test: $(STAMP) saelens-env zoo-env
 	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
 	@# The notebooks' checked outputs are stored in quick mode (CI=1): quick is the test
 	@# command's default, so `make test` passes with or without CI set
-	CI=$${CI:-1} $(PY) -m pytest -q --nbval-lax --sanitize-with notebooks/nbval_sanitize.cfg notebooks
+	CI=$${CI:-1} $(PY) -m pytest -q --nbval-lax --sanitize-with notebooks/nbval_sanitize.cfg notebooks \
+	  --ignore=notebooks/12_pretrained_audio.ipynb
+	@# notebook 12 reads a pretrained model that ships in a wheel of the zoo venv only
+	@if [ -f $(ZOO_VENV)/.installed ]; then \
+	  CI=$${CI:-1} $(ZOO_VENV)/bin/python -m pytest -q --nbval-lax \
+	    --sanitize-with notebooks/nbval_sanitize.cfg notebooks/12_pretrained_audio.ipynb; \
+	else echo "*** zoo venv missing: notebook 12 SKIPPED"; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
