@@ -92,3 +92,16 @@ def test_torchscript_is_refused_before_a_record_is_read(report):
     assert model["counts"] == {"refused": model["modules"]}
     assert {r["pulled"] for r in model["rows"]} == {0}
     assert "TorchScript" in model["rows"][0]["error"]
+
+
+def test_the_docs_table_is_this_run(report):
+    """docs/byo_model.md's pretrained rows are the counts this run measured."""
+    text = (ROOT / "docs" / "byo_model.md").read_text(encoding="utf-8")
+    for key, label in [("resemblyzer", "VoiceEncoder"), ("minilm", "all-MiniLM-L6-v2"),
+                       ("alienx", "Darcy operator"), ("silero", "silero VAD")]:  # fmt: skip
+        model = by_package(report, key)
+        equal = sum(r["outcome"] == "equal" for r in model["rows"])
+        named = sum(r["outcome"].startswith("refused") for r in model["rows"])
+        row = next(line for line in text.splitlines() if line.startswith(f"| {label} "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:5] == [str(model["modules"]), str(equal), str(named)], (label, cells)
