@@ -19,6 +19,7 @@ from .formats.saelens import save
 from .gated import GatedSAE
 from .jumprelu import JumpReLUSAE
 from .loading import load
+from .logit_lens import LogitLens, logit_lens
 from .quality import Quality, evaluate
 from .standard import StandardSAE
 from .summary import LatentSummary, summarize
@@ -35,6 +36,7 @@ __all__ = [
     "JumpReLUSkipTranscoder",
     "JumpReLUTranscoder",
     "LatentSummary",
+    "LogitLens",
     "Quality",
     "SkipTranscoder",
     "StandardSAE",
@@ -47,6 +49,7 @@ __all__ = [
     "firing_rates",
     "from_probe",
     "load",
+    "logit_lens",
     "pca",
     "save",
     "summarize",

@@ -161,7 +161,9 @@ def activations(
     names : sequence
         Addresses, TransformerLens hook names or nnsight paths
         (``"blocks.3.hook_resid_post"``, ``"transformer.h.3.attn.hook_z"``), each
-        alone (every unit) or as ``(name, units)`` with unit indices.
+        alone (every unit) or as ``(name, units)`` with unit indices; or a feature set
+        (``dl.features``: SAE latents, a logit lens), named in the cache by its layer
+        ``"{hook}:{name}"``.
     block_size : int
         Records per block (per forward pass unless ``forward_batch`` cuts it).
     forward_batch : int, optional
@@ -194,7 +196,7 @@ def activations(
             f"dl.activations takes a dl.Model (or an nn.Module), not {type(model).__name__}; "
             "wrap a transformer with dl.Model.from_hf(module, tokenizer)."
         )
-    if isinstance(names, (str, tuple)):
+    if isinstance(names, (str, tuple)) or hasattr(names, "encode"):
         names = [names]
     if not names:
         raise LayerError("no names given; pass names=['blocks.0.hook_resid_post', ...].")
@@ -247,24 +249,27 @@ def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
 
 def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_batch):
     """Names → addresses and unit indices, and the Extractor reading their union."""
-    from ..engine.resolve import resolve_units
+    from ..engine.resolve import is_feature_set, resolve_units
 
-    pairs = [(n, "*") if isinstance(n, str) else tuple(n) for n in names]
-    bad = [p for p in pairs if len(p) != 2 or not isinstance(p[0], str)]
+    pairs = [(n, "*") if isinstance(n, str) or is_feature_set(n) else tuple(n) for n in names]
+    bad = [p for p in pairs if len(p) != 2 or not (isinstance(p[0], str) or is_feature_set(p[0]))]
     if bad:
         raise LayerError(
-            f"cannot read name {bad[0]!r}; pass a name or a (name, [unit indices]) pair."
+            f"cannot read name {bad[0]!r}; pass a name, a (name, [unit indices]) pair or a "
+            "feature set (dl.features)."
         )
     mu = resolve_units(model, [[p] for p in pairs], sample[:2], dev)
-    # each name's columns within its address's union of units
+    # each name's columns within its address's union of units; a feature set goes by its layer
     addresses, units, cols = {}, {}, {}
     for g, (name, _sel) in zip(mu.groups, pairs, strict=True):
         addr = str(mu.layers[g.cols[0]])
         start = int(np.flatnonzero(mu.layers == addr)[0])
-        addresses[name] = addr
-        units[name] = mu.units[g.cols]
-        cols[name] = torch.as_tensor(g.cols - start)
-    ex = Extractor(model, mu.layer_units, "activation", dev, forward_batch=forward_batch)
+        key = name.address if is_feature_set(name) else name
+        addresses[key] = addr
+        units[key] = mu.units[g.cols]
+        cols[key] = torch.as_tensor(g.cols - start)
+    ex = Extractor(model, mu.layer_units, "activation", dev, mu.features,
+                   forward_batch=forward_batch)  # fmt: skip
     return ex, addresses, units, cols
 
 
