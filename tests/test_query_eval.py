@@ -254,3 +254,18 @@ def test_plain_sql_explores_the_catalog(lab):
         2,
         3,
     ]
+
+
+def test_nulls_sort_last_in_either_direction_unless_the_query_says(lab):
+    cat, _, _ = lab
+    cat.add_hypothesis(dl.hypothesis(lambda r: [1.0] * len(r), name="flat"))  # null scores
+    sql = (
+        "SELECT S.hid, S.unit_score INSPECT U.uid AND H.h OVER D.seq AS S "
+        f"{FROM} WHERE U.layer = 'lstm' AND M.epoch = 1 AND H.name IN ('flat', 'paren') "
+    )
+    for order in ("ABS(S.unit_score) DESC", "S.unit_score", "S.unit_score DESC, S.hid"):
+        got = q(cat, sql + f"ORDER BY {order}")["unit_score"]
+        n = got.null_count()
+        assert n > 0 and got.tail(n).is_null().all(), order  # the live table's order
+    first = q(cat, sql + "ORDER BY S.unit_score DESC NULLS FIRST")["unit_score"]
+    assert first.head(first.null_count()).is_null().all()

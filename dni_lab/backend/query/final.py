@@ -92,7 +92,7 @@ def build_final(p: Grouping) -> Final:
             parts.append(f"WHERE {cond}")
     elif aggregate:
         parts += _group_by(p)
-    order = [ctx.render(q.span("ORDER BY"))] if q.span("ORDER BY") else []  # type: ignore[arg-type]
+    order = [_nulls_last(q, ctx, q.span("ORDER BY"))] if q.span("ORDER BY") else []  # type: ignore[arg-type]
     if not (aggregate or distinct):
         order.append(f'{qs}."__dl_i"')  # S's order: groups, then the engine's row order
     if order:
@@ -101,6 +101,18 @@ def build_final(p: Grouping) -> Final:
         parts.append("LIMIT " + q.render(q.span("LIMIT")))  # type: ignore[arg-type]
     final.sql = "\n".join(parts)
     return final
+
+
+def _nulls_last(q: Query, ctx, span: Span) -> str:
+    """ORDER BY keys, ``NULLS LAST`` where a key says nothing: one null order for SQL and
+    the live table (DuckDB's and Polars' default), where a descending sort would put nulls
+    first (null scores of constant units topping a ranking)."""
+    keys = []
+    for part in split_top(q, span, ","):
+        toks = q.tokens[part[0] : part[1]]
+        said = len(toks) >= 2 and toks[-2].is_kw("NULLS") and toks[-1].is_kw("FIRST", "LAST")
+        keys.append(ctx.render(part) + ("" if said else " NULLS LAST"))
+    return ", ".join(keys)
 
 
 def _group_by(p: Grouping) -> list[str]:
