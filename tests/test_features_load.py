@@ -245,3 +245,20 @@ def test_clear_errors(tmp_path):
         dl.features.load(tmp_path / "nowhere")
     with pytest.raises(DNIError, match="encodes 6-wide activations; got 5"):
         fs.encode(torch.zeros(2, 5))
+
+
+def test_incomplete_or_invalid_configs_name_the_file_and_the_key(tmp_path):
+    fs = make("topk", k=2)
+    F.save(fs, tmp_path / "t")
+    file = tmp_path / "t" / "cfg.json"
+    cfg = json.loads(file.read_text())
+    for key in ("k", "d_sae"):
+        file.write_text(json.dumps({k: v for k, v in cfg.items() if k != key}))
+        with pytest.raises(DNIError, match=rf"cfg\.json has no '{key}'"):
+            dl.features.load(tmp_path / "t")
+    file.write_text(json.dumps(cfg)[:-7])  # truncated
+    with pytest.raises(DNIError, match=r"cfg\.json is not valid JSON"):
+        dl.features.load(tmp_path / "t")
+    file.write_text("[1, 2]")
+    with pytest.raises(DNIError, match="not an object"):
+        dl.features.load(tmp_path / "t")

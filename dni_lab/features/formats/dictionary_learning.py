@@ -15,7 +15,6 @@ The weights are read with ``torch.load(weights_only=True)``: no pickle runs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..base import FeatureSet
 from ..jumprelu import JumpReLUSAE
 from ..standard import StandardSAE
 from ..topk import TopKSAE
+from .saelens import read_config
 
 CFG = "config.json"
 WEIGHTS = "ae.pt"
@@ -52,7 +52,7 @@ def read(
 ) -> FeatureSet:
     """The dictionary saved in ``path`` (``ae.pt`` + ``config.json``)."""
     source = f"dictionary_learning dictionary {str(path)!r}"
-    cfg = json.loads((path / CFG).read_text())
+    cfg = read_config(path / CFG, source)
     if not (path / WEIGHTS).exists():
         raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
     try:  # weights_only: tensors and plain containers, never an arbitrary pickle

@@ -36,6 +36,37 @@ def safetensors():
     return st
 
 
+class Config(dict):
+    """A feature set's config file: a missing key is a :class:`DNIError` naming the file."""
+
+    def __init__(self, data: dict[str, Any], source: str, file: str) -> None:
+        super().__init__(data)
+        self.source, self.file = source, file
+
+    def __missing__(self, key: str) -> Any:
+        raise DNIError(
+            f"{self.source}: {self.file} has no {key!r}, which this architecture needs; the "
+            f"file is incomplete or from another tool. Add {key!r} (see the tool's config)."
+        )
+
+    def copy(self) -> Config:
+        return Config(self, self.source, self.file)
+
+
+def read_config(file: Path, source: str) -> Config:
+    """The JSON object in ``file``, or a :class:`DNIError` naming it (not JSON, not an object)."""
+    try:
+        data = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DNIError(
+            f"{source}: {file.name} is not valid JSON ({exc}); the file is truncated or was "
+            "edited by hand. Copy it again from where the feature set was saved."
+        ) from None
+    if not isinstance(data, dict):
+        raise DNIError(f"{source}: {file.name} holds a JSON {type(data).__name__}, not an object.")
+    return Config(data, source, file.name)
+
+
 def read_tensors(file: Path, source: str) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file, or an error naming it (truncated, not safetensors)."""
     try:
@@ -56,7 +87,7 @@ def _version(cfg: dict[str, Any]) -> tuple[int, ...]:
 
 def _pre6(cfg: dict[str, Any]) -> dict[str, Any]:
     """A pre-6 config in version 6's terms, with SAELens' defaults of that conversion."""
-    cfg = dict(cfg)
+    cfg = cfg.copy()
     if "hook_point" in cfg and "hook_name" not in cfg:
         cfg["hook_name"] = cfg.pop("hook_point")
     act = cfg.get("activation_fn", cfg.get("activation_fn_str", "relu"))
@@ -76,7 +107,7 @@ def _pre6(cfg: dict[str, Any]) -> dict[str, Any]:
 def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = None) -> FeatureSet:
     """The feature set saved in directory ``path`` in SAELens' layout."""
     source = f"SAELens feature set {str(path)!r}"
-    cfg = json.loads((path / CFG).read_text())
+    cfg = read_config(path / CFG, source)
     if _version(cfg) < (6,):
         cfg = _pre6(cfg)
     meta = dict(cfg.get("metadata") or {})

@@ -9,7 +9,6 @@ module path such as ``h.3`` or ``layers.3``) unless ``hook=`` says otherwise.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from ...backend.errors import DNIError
 from ..architectures import with_weights
 from ..topk import TopKSAE
-from .saelens import read_tensors
+from .saelens import read_config, read_tensors
 
 CFG = "cfg.json"
 WEIGHTS = "sae.safetensors"
@@ -31,7 +30,7 @@ def read(
 ) -> TopKSAE:
     """The TopK SAE saved by sparsify in hook directory ``path``."""
     source = f"sparsify SAE {str(path)!r}"
-    cfg = json.loads((path / CFG).read_text())
+    cfg = read_config(path / CFG, source)
     if not (path / WEIGHTS).exists():
         raise DNIError(f"{source} has a {CFG} but no {WEIGHTS}; copy the weights file next to it.")
     w = read_tensors(path / WEIGHTS, source)
