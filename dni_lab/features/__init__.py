@@ -1,7 +1,7 @@
 """Learned features as units: SAE latents and transcoders, loaded, trained and scored.
 
 >>> sae = dl.features.load("saes/resid_1")                    # doctest: +SKIP
->>> frame = dl.inspect(model, data, hyps, units=[sae])        # doctest: +SKIP
+>>> frame = dl.inspect(model, hyps, ["corr"], data, units=[sae])  # doctest: +SKIP
 
 A feature set attaches to its model's hook: the extractor reads the hook's
 activation, the set encodes it once per block, and every measure scores its

@@ -45,7 +45,7 @@ def load(
     Examples
     --------
     >>> sae = dl.features.load("saes/resid_1")                        # doctest: +SKIP
-    >>> dl.inspect(model, data, hyps, units=[sae])                    # doctest: +SKIP
+    >>> dl.inspect(model, hyps, ["corr"], data, units=[sae])          # doctest: +SKIP
     """
     path = Path(path)
     if not path.is_dir():
