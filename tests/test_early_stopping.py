@@ -143,3 +143,29 @@ def test_a_full_probe_sample_stops_the_probe_and_says_why():
     # every symbol (the default): the probe reads on as long as corr does
     every = dl.inspect([model], [fam], ["corr", LogReg()], data[:1_500], **kw)
     assert every.filter(pl.col("measure") == "logreg")["n_records"].min() == 1_500
+
+
+def test_a_sample_read_to_the_end_is_converged_only_within_eps():
+    """``max_rows`` below the symbols read: the end of the data does not make the probe's
+    scores full-data values, so a pair is converged only where its error is within eps;
+    every other pair names the sample. A sample holding every symbol read settles all."""
+    from dni_lab.backend.measures.logreg import LogReg
+
+    model = dl.Model(
+        Replay(), layouts={"": "n s u"},  # a stand-in: its output is declared
+        encode=_encode, symbols=lambda s: len(_record(s)[0]), name="replay")
+    fam = _hyp_family()
+    data = list(range(500))  # about 15,000 symbols
+    kw = {"units": [("", "*")], "block_size": 256, "cache": False}
+    for eps in (None, 0.05):
+        f = dl.inspect([model], [fam], [LogReg(max_rows=3_000)], data, eps=eps, **kw)
+        assert f["n_records"].max() == 500  # read to the end, not stopped by the sample
+        done = f.filter(pl.col("converged"))
+        assert eps is not None or done.height == 0
+        assert done.height == 0 or (done["err"] <= eps).all()
+        left = f.filter(~pl.col("converged"))
+        assert left.height > 0
+        named = left["reason"].str.contains("sample of max_rows=3,000 of the")
+        assert named.all(), left["reason"][0]
+    whole = dl.inspect([model], [fam], [LogReg(max_rows=100_000)], data, eps=None, **kw)
+    assert whole["converged"].all()

@@ -102,7 +102,7 @@ def test_constant_unit_and_hypothesis_are_null_with_reason():
 
 def test_error_shrinks_and_is_null_before_enough_groups():
     rng = np.random.default_rng(4)
-    m = Corr(group_records=10, buckets=20)
+    m = Corr(group_records=10, buckets=20, min_bucket_groups=3)
     s = m.start(2, 1, info=[HypothesisInfo("h", "binary")])
     errs = []
     for U, H, mask in padded_blocks(rng, 24, 50, 12, 2, 1):

@@ -230,6 +230,16 @@ class Measure:
         """
         return None
 
+    def sampled(self, state: Any) -> str | None:
+        """Why this state's result on every record read is not its full-data value, or None.
+
+        A measure that scores a bounded sample (a probe's ``max_rows``, once rows were
+        dropped from it) says so here: reaching the end of the data does not then settle
+        a pair; the engine marks converged only the pairs whose error is within eps and
+        gives the others this reason. The default, None: reading every record settles all.
+        """
+        return None
+
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters (used in fingerprints and export metadata)."""
         return {k: v for k, v in vars(self).items() if not k.endswith("_")}

@@ -31,7 +31,7 @@ from scipy.special import stdtrit
 from ..extraction.sparse_block import SparseBlock
 from ._common import add_counts, count_undefined, kind_reasons, set_reason
 from .base import HypothesisInfo, Measure, MeasureResult, filled, kind_mask, undefined
-from .moments import Excluded, Moments, block_mean, defined, fold, index, rolled, sum_groups
+from .moments import Excluded, Moments, block_mean, defined, fold, rolled, sum_groups
 
 _F64 = torch.float64
 
@@ -77,7 +77,8 @@ class Corr(Measure):
     Parameters
     ----------
     group_records : int
-        Consecutive records per group (a group is the jackknife's unit of independence).
+        Consecutive records per group (a group is the jackknife's unit of independence:
+        records that overlap, such as sliding windows, must fall in one group).
     buckets : int
         Jackknife buckets.
     rel_tol : float
@@ -96,10 +97,10 @@ class Corr(Measure):
 
     def __init__(
         self,
-        group_records: int = 64,
+        group_records: int = 4,
         buckets: int = 20,
         rel_tol: float = 1e-10,
-        min_bucket_groups: int = 3,
+        min_bucket_groups: int = 2,
     ):
         self.group_records = group_records
         self.buckets = buckets
@@ -123,7 +124,6 @@ class Corr(Measure):
         x_groups = None
         if und is not None:  # read as 0 here, then taken back out per pair (Excluded)
             H = filled(H)
-            x_groups = self._excluded_groups(U, und, mask)
         # Shifting by an approximate mean keeps float32 products as accurate as centered
         # ones. The shift is the block's own mean, never the running one: the float32
         # rounding of a block's moments then depends on the block alone, so states that
@@ -138,8 +138,7 @@ class Corr(Measure):
         Hd = torch.cat([(H.to(U.dtype) - sh.to(U.dtype)) * m, m], dim=2)
         R, T = int(U.shape[0]), int(U.shape[1])
         g = self.group_records
-        G = -(-R // g)
-        grp = torch.arange(R, device=U.device) // g
+        slot, P, n_new = self._slots(state, mask)
         # The product runs over short runs of records whose float32 results add up in
         # float64: a float32 GEMM's error grows with the length it accumulates over. Over
         # a whole group (3,072 symbols) it put a rarely active unit's correlation 4.5e-7
@@ -149,37 +148,60 @@ class Corr(Measure):
         # run's own (symbols, U) block: with many hypotheses, the float64 sums of short
         # runs' results cost more than the product.
         sub = _run_records(g, T, max(64, 2 * int(Hd.shape[2])))
-        S = torch.zeros(G, U.shape[2], Hd.shape[2], dtype=_F64, device=U.device)
+        S = torch.zeros(P, U.shape[2], Hd.shape[2], dtype=_F64, device=U.device)
         for lo, hi, n in _runs(R, sub):
-            P = torch.bmm(
+            Pr = torch.bmm(
                 Ud[lo:hi].reshape(n, -1, Ud.shape[2]).transpose(1, 2),
                 Hd[lo:hi].reshape(n, -1, Hd.shape[2]),
-            )  # (n, U, H+1): the one product, run by run
-            S.index_add_(0, grp[lo:hi:sub], P.to(_F64))
+            )  # (n, U, H+1): the one product, run by run (a run lies in one group)
+            S.index_add_(0, slot[lo:hi:sub], Pr.to(_F64))
         Hd64 = Hd.to(_F64)
-        zero = torch.zeros(G, Hd.shape[2], dtype=_F64, device=U.device)
-        s_h_all = zero.index_add(0, grp, Hd64.sum(1))
-        q_h = zero[:, :-1].index_add(0, grp, Hd64[..., :-1].square().sum(1))
+        zero = torch.zeros(P, Hd.shape[2], dtype=_F64, device=U.device)
+        s_h_all = zero.index_add(0, slot, Hd64.sum(1))
+        q_h = zero[:, :-1].index_add(0, slot, Hd64[..., :-1].square().sum(1))
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
         # Squared in place once the product has read it (no second block-sized tensor).
         # torch sums a dimension in cascade, so the float32 per-record sums lose nothing
         # measurable; the float32 ``vector_norm`` this replaces cost up to 1e-6 in the
         # correlation of a rarely active unit, and took most of the update's time.
-        q_u = torch.zeros(G, U.shape[2], dtype=_F64, device=U.device)
-        q_u.index_add_(0, grp, Ud.square_().sum(1).to(_F64))
+        q_u = torch.zeros(P, U.shape[2], dtype=_F64, device=U.device)
+        q_u.index_add_(0, slot, Ud.square_().sum(1).to(_F64))
+        if und is not None:
+            x_groups = self._excluded_slots(U, und, mask, slot, P)
         return self._fold_groups(
-            state, int(U.shape[0]), su, sh, cnt, s_u, s_h, q_u, q_h, S, x_groups
+            state, R, n_new, su, sh, cnt, s_u, s_h, q_u, q_h, S, x_groups
         )
 
-    def _excluded_groups(self, U, und, mask) -> Excluded:
-        """Per group of records: the units' raw float64 sums where each hypothesis is undefined."""
-        g, R = self.group_records, int(U.shape[0])
+    def _slots(self, state: CorrState, mask: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """Each record's bucket slot in this block, the slots used, and the groups dealt.
+
+        Groups of ``group_records`` consecutive records holding a real symbol are dealt
+        round-robin to the buckets, continuing from ``state.n_groups``. A block's groups
+        are summed per bucket they land in (at most ``buckets`` slots, whatever the group
+        size): Chan's union is exact, so folding a bucket's groups together or one by one
+        gives the same moments, and the block's co-moments never exceed ``(buckets, U, H)``.
+        Slot ``j`` of the block is bucket ``(state.n_groups + j) % buckets``.
+        """
+        R, g, K = int(mask.shape[0]), self.group_records, self.buckets
+        grp = torch.arange(R, device=mask.device) // g
+        G = -(-R // g)
+        real = torch.zeros(G, dtype=torch.long, device=mask.device)
+        real.index_add_(0, grp, mask.any(1).long())
+        keep = real > 0
+        rank = torch.cumsum(keep.long(), 0) - 1  # empty groups: no symbol, any slot will do
+        n_new = int(keep.sum())
+        return (rank.clamp_min(0) % K)[grp], min(n_new, K), n_new
+
+    def _excluded_slots(self, U, und, mask, slot, P) -> Excluded:
+        """Per bucket slot (:meth:`_slots`): the units' raw float64 sums where each
+        hypothesis is undefined."""
         Um = torch.where(mask[..., None], U, 0.0).to(_F64)  # padding may hold anything
         X = und.to(_F64)
         parts = []
-        for lo in range(0, R, g):
-            u = Um[lo : lo + g].reshape(-1, U.shape[2])
-            x = X[lo : lo + g].reshape(-1, X.shape[2])
+        for j in range(P):
+            rows = slot == j
+            u = Um[rows].reshape(-1, U.shape[2])
+            x = X[rows].reshape(-1, X.shape[2])
             parts.append((x.sum(0), u.T @ x, (u * u).T @ x))
         return Excluded(*(torch.stack(t) for t in zip(*parts, strict=True)))
 
@@ -196,11 +218,10 @@ class Corr(Measure):
         if undefined(H, mask) is not None:  # undefined values: the dense path leaves them out
             return self.update(state, Z.dense(), H, mask)
         R, T, k = Z.values.shape
-        g, D, dev = self.group_records, Z.width, Z.values.device
-        G = -(-R // g)
+        D, dev = Z.width, Z.values.device
+        grp, G, n_new = self._slots(state, mask)
         m = mask.to(_F64)
         Hm = H.to(_F64) * m[..., None]  # (R, T, H), padding zeroed
-        grp = torch.arange(R, device=dev) // g
         cnt = torch.zeros(G, dtype=_F64, device=dev).index_add_(0, grp, m.sum(1))
         s_h = torch.zeros(G, H.shape[2], dtype=_F64, device=dev).index_add_(0, grp, Hm.sum(1))
         q_h = torch.zeros_like(s_h).index_add_(0, grp, (Hm * Hm).sum(1))
@@ -213,21 +234,18 @@ class Corr(Measure):
         S = S.index_add_(0, row, Hk * v[:, None]).view(G, D, -1)
         zero_u = torch.zeros(D, dtype=_F64, device=dev)
         zero_h = torch.zeros(H.shape[2], dtype=_F64, device=dev)
-        return self._fold_groups(state, R, zero_u, zero_h, cnt, s_u, s_h, q_u, q_h, S)
+        return self._fold_groups(state, R, n_new, zero_u, zero_h, cnt, s_u, s_h, q_u, q_h, S)
 
     def _fold_groups(
-        self, state: CorrState, n_records: int, su, sh, cnt, s_u, s_h, q_u, q_h, S,
-        x_groups: Excluded | None = None,
+        self, state: CorrState, n_records: int, n_new: int, su, sh, cnt, s_u, s_h, q_u, q_h,
+        S, x_groups: Excluded | None = None,
     ):  # fmt: skip
-        """Fold the groups' sums (shifted by ``su``, ``sh``) into the total and buckets.
+        """Fold the slots' sums (shifted by ``su``, ``sh``) into the total and buckets.
 
-        ``x_groups``: the groups' sums over undefined symbols (:meth:`_excluded_groups`).
+        Slot ``j`` goes to bucket ``(state.n_groups + j) % buckets`` (:meth:`_slots`);
+        ``n_new`` groups were dealt. ``x_groups``: the slots' sums over undefined symbols
+        (:meth:`_excluded_slots`).
         """
-        keep = cnt > 0
-        if not bool(keep.all()):
-            cnt, s_u, s_h, q_u, q_h, S = (x[keep] for x in (cnt, s_u, s_h, q_u, q_h, S))
-            if x_groups is not None:
-                x_groups = Excluded(x_groups.n[keep], x_groups.s[keep], x_groups.q[keep])
         c = cnt.clamp_min(1.0)[:, None]
         block = sum_groups(cnt, su, sh, s_u, s_h, q_u, q_h, S)  # reads S before it turns
         # The groups' co-moments, in place: S - s_u (s_h / n)ᵀ (one pass, no temporaries).
@@ -241,15 +259,11 @@ class Corr(Measure):
             c_uh=c_uh,
         )
         state.total = state.total.combine(block)
-        G = int(cnt.shape[0])
-        slots = (state.n_groups + torch.arange(G)) % self.buckets
+        slots = (state.n_groups + torch.arange(int(cnt.shape[0]))) % self.buckets
         if x_groups is not None:
             self._fold_excluded(state, x_groups, slots)
-        # Fewer groups per block than buckets (the usual case): one vectorized union.
-        for start in range(0, G, self.buckets):
-            part = index(groups, slice(start, start + self.buckets))
-            fold(state.buckets, slots[start : start + self.buckets], part)
-        state.n_groups += G
+        fold(state.buckets, slots, groups)  # one vectorized union (at most ``buckets`` slots)
+        state.n_groups += n_new
         state.n_records += n_records
         return state
 
@@ -330,14 +344,16 @@ class Corr(Measure):
     def _error(self, state: CorrState, r: np.ndarray, confidence: float) -> np.ndarray:
         """Half-width of the grouped-jackknife confidence interval of ``r``.
 
-        NaN until every bucket holds ``min_bucket_groups`` groups: with one group of 64
-        records per bucket, a rare hypothesis's leave-one-out values are few and
-        heavy-tailed and the interval was too narrow. Measured over 20 random record
-        orders of the quick parentheses LSTM (``benchmarks/bench_coverage.py``), the
-        share of converged pairs within their own 95% interval of the full-data value
-        was 91.4% from one group per bucket, 94.1% from two, 98.5% from three (the SQL
-        LSTM: 96.4%, 97.5%, 98.4%). Three cost reading: early stopping's first error
-        comes after 3,840 records instead of 1,280.
+        NaN until every bucket holds ``min_bucket_groups`` groups: 2 groups of 4 records
+        in each of 20 buckets, so the first error comes after 160 records. Groups of 64
+        and 3 per bucket (3,840 records) made early stopping a fixed floor: every eps from
+        0.25 down to 0.025 stopped at the same 3,840 records. Over 8 random orders of the
+        quick parentheses LSTM (10,000 records, blocks of 64) the share of converged pairs
+        within their own 95% interval was 95.8% with groups of 8 and one per bucket, 98.8%
+        with 4 and two (the default) and 98.5% with 64 and three; within eps, 97.9% or
+        more at eps 0.01 to 0.1 (``benchmarks/bench_coverage.py --sweep`` stores the
+        defaults' figures). Groups of consecutive records, not single records, because
+        consecutive records may overlap (sliding windows of one query).
         """
         k = self.buckets
         if state.n_groups < self.min_bucket_groups * k or bool((state.buckets.n == 0).any()):

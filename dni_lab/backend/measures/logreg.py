@@ -64,6 +64,7 @@ class LogRegState:
     growth: float | None = None  # records read before the next checkpoint, as a factor
     defined: torch.Tensor | None = None  # (n, outputs) bool; None while every value is
     n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined
+    n_seen: int = 0  # symbols read, kept in the sample or not
 
 
 class LogReg(Measure):
@@ -174,6 +175,7 @@ class LogReg(Measure):
         _append(state, X, Y, code % self.folds, key, (code // self.folds) % self.groups,
                 self.max_rows, D)  # fmt: skip
         state.n_records += R
+        state.n_seen += len(X)
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
             return state
         last = state.checks[-1].n_records if state.checks else 0
@@ -195,6 +197,7 @@ class LogReg(Measure):
             out.defined = torch.ones(a.Y.shape, dtype=torch.bool, device=a.Y.device)
         _append(out, b.X, b.Y, b.fold, b.key, b.group, self.max_rows, D)
         out.n_records = a.n_records + b.n_records
+        out.n_seen = a.n_seen + b.n_seen
         out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
         return out
 
@@ -245,6 +248,19 @@ class LogReg(Measure):
         return (
             f"the probe's sample of max_rows={self.max_rows:,} symbols is full: reading "
             "more would not shrink its error (max_rows=None fits every symbol)"
+        )
+
+    def sampled(self, state: LogRegState) -> str | None:
+        """With ``max_rows`` below the symbols read: the scores are the sample's.
+
+        Reaching the end of the data then does not make a pair's score its full-data
+        value; the engine marks it converged only where its error is within eps.
+        """
+        if self.max_rows is None or state.n_seen <= self.max_rows:
+            return None
+        return (
+            f"the probe's scores are those of its sample of max_rows={self.max_rows:,} "
+            f"of the {state.n_seen:,} symbols read (max_rows=None fits every symbol)"
         )
 
     def _full(self, state: LogRegState) -> bool:
