@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -20,13 +21,38 @@ def gpt():
 
 
 def test_evaluate_a_lossless_set_recovers_all_loss(gpt):
+    from dni_lab.features.quality import QualityWarning
+
     model, corpus = gpt
-    q = F.evaluate(model, identity_set(16, "blocks.0.hook_resid_post"), corpus(30, seed=4))
+    # this tiny random GPT-2 barely needs block 0 (zero-ablating it costs 0.02 nats): the
+    # ratio is flagged, as issue 38 found on a real model
+    with pytest.warns(QualityWarning, match="says little"):
+        q = F.evaluate(model, identity_set(16, "blocks.0.hook_resid_post"), corpus(30, seed=4))
     assert q.explained_variance == pytest.approx(1.0, abs=1e-6)
     assert q.loss_recovered == pytest.approx(1.0, abs=1e-6)
     assert q.ce_zero > q.ce_clean  # zero-ablating the block costs loss
     assert q.l0 == pytest.approx(16, abs=0.01)  # one of each ± pair fires per coordinate
     assert q.dead_share == 0.0
+    assert q.kl_patched == pytest.approx(0.0, abs=1e-9)  # the patched run is the clean run
+    assert q.dense_share > 0.9  # each ± latent fires on about half the symbols
+    assert "zero-ablating the hook costs only" in q.loss_recovered_note
+
+
+def test_kl_of_a_poor_set_and_no_flag_over_a_real_gap(gpt, monkeypatch):
+    from dni_lab.features import quality
+
+    model, corpus = gpt
+    fs = F.TopKSAE(16, 32, "blocks.0.hook_resid_post", k=2)  # a poor set: KL clearly > 0
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in fs.parameters():
+            p.normal_(0, 0.3)
+    monkeypatch.setattr(quality, "FLAT_BASELINE", 0.0)  # every gap counts as real
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", quality.QualityWarning)
+        q = F.evaluate(model, fs, corpus(20, seed=6))
+    assert q.loss_recovered is not None and q.loss_recovered_note is None
+    assert q.kl_patched > 1e-3 and "KL(clean ‖ patched)" in str(q)
 
 
 def test_train_sae_streams_saves_and_reports(gpt, tmp_path, capsys):
