@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 from ..errors import DNIError
 from .placement import WorkerShape, worker_shape
 
-__all__ = ["WorkerShape", "connect", "session", "shutdown", "worker_error", "worker_shape"]
+__all__ = ["WorkerShape", "connect", "no_auto_init", "ray_gone", "session", "shutdown",
+           "worker_error", "worker_shape"]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -116,6 +117,47 @@ def _connect(ray: Any, cluster: str | int | bool) -> Any:
             "'host:6379' on a node of the cluster), or pass cluster='local'."
         ) from None
     return ray
+
+
+#: Runs talking to Ray now, and Ray's own auto-init switch as it was before the first.
+_NO_AUTO: dict[str, Any] = {"runs": 0, "saved": True}
+_NO_AUTO_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def no_auto_init() -> Iterator[None]:
+    """Ray's automatic ``ray.init()`` off while a run talks to Ray.
+
+    After the user's ``ray.shutdown()`` during a run, the run's next Ray call would
+    start a new local Ray of its own (one per call: several clusters, then Ray's raw
+    start-up error); with auto-init off it fails, and the run ends with a partial
+    frame instead (:func:`ray_gone`). The user's own calls are connected anyway.
+    """
+    try:
+        from ray._private import auto_init_hook as hook
+    except ImportError:  # another Ray layout: its default stays
+        yield
+        return
+    with _NO_AUTO_LOCK:
+        if _NO_AUTO["runs"] == 0:
+            _NO_AUTO["saved"] = hook.enable_auto_connect
+            hook.enable_auto_connect = False
+        _NO_AUTO["runs"] += 1
+    try:
+        yield
+    finally:
+        with _NO_AUTO_LOCK:
+            _NO_AUTO["runs"] -= 1
+            if _NO_AUTO["runs"] == 0:
+                hook.enable_auto_connect = _NO_AUTO["saved"]
+
+
+def ray_gone(ray: Any) -> bool:
+    """Whether this process left Ray (``ray.shutdown()``) since it connected."""
+    try:
+        return not ray.is_initialized()
+    except Exception:  # a Ray half shut down
+        return True
 
 
 def session(ray: Any) -> tuple[int, str]:

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import polars as pl
 import torch
 
@@ -25,7 +26,7 @@ from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
 from ..engine.sources import Part
 from ..errors import DNIError
-from .connect import connect, import_ray, session, worker_error
+from .connect import connect, import_ray, no_auto_init, ray_gone, session, worker_error
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders, holds
@@ -140,20 +141,34 @@ def run_sharded(
     ok = False
     try:
         try:
-            insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
+            with no_auto_init():  # a ray.shutdown() now ends the run, starts no Ray
+                insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
             ok = not insp._cancel
+        except Exception:
+            if not ray_gone(ray):
+                raise
+            # the user's ray.shutdown() during the run: the workers died with that Ray;
+            # the frame so far is a partial one, as after a Stop, and the next call
+            # starts a new Ray (connect() notices)
+            insp._cancel = True
+            if pool.link is not None:
+                pool.link.closed = True  # its last results stand
         finally:
             pool.close(keep=ok)
             insp._records_hash = merged_hash
-        return insp._finish(start)  # a held probe's final fit runs on its holder
+        with no_auto_init():
+            return insp._finish(start)  # a held probe's final fit runs on its holder
     finally:
-        held = 0
+        held, lost, restarts = 0, 0, 0
         if pool.link is not None:
             pool.link.close(keep=ok and not insp._cancel)
-            held = pool.link.received
-        # what crossed the network to the driver (benchmarks/bench_cluster.py prints it)
+            held, lost, restarts = (pool.link.received, pool.link.lost_shards,
+                                    pool.link.holder_restarts)  # fmt: skip
+        # what crossed the network to the driver (benchmarks/bench_cluster.py prints it),
+        # and what failures cost: shards dealt again, held blocks read again, holders lost
         insp.cluster_stats = {"bytes_received": pool.received + held,
-                              "shards_received": pool.answers}  # fmt: skip
+                              "shards_received": pool.answers, "shards_redealt": pool.redealt,
+                              "held_shards_reread": lost, "holder_restarts": restarts}  # fmt: skip
 
 
 def _parts(plan: Plan) -> list[tuple[str, Any]]:
@@ -194,25 +209,60 @@ class _Pool:
         self.tries: Counter[int] = Counter()  # failed reads per shard index
         self.received = 0  # bytes of the states workers sent back (held ones not)
         self.answers = 0  # shards whose states came back
+        self.redealt = 0  # shards dealt again after their worker (or node) died
+        self.shards: dict[int, Shard] = {}
+        # per shard: the converged pairs, stopped states and templates it was dealt with
+        self.args: dict[int, tuple[list[Any], list[bool], Any]] = {}
+        self._sent: tuple[list[Any], list[bool], Any] | None = None
         self._templates: list[Any] | None = None
         # states kept on a holder actor (probes.holds): logreg's, and every exact one that
         # does not calibrate on block 0; the driver merges and checks the others
         held = [i for i, s in enumerate(insp.states) if holds(s.measure)]
         self.held = [i in held for i in range(len(insp.states))]
         self.local = [s for i, s in enumerate(insp.states) if not self.held[i]]
-        self.link = ProbeLink(ray, insp, held, self.plan[0].hex()) if held else None
+        self.link = ProbeLink(ray, insp, held, self.plan[0].hex(), self.reread) if held else None
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
+        converged = [s.converged for s in insp.states]
+        if self._sent is not None and all(
+            np.array_equal(a, b) for a, b in zip(self._sent[0], converged, strict=True)
+        ):  # the same as the last shard's: one copy kept for them all
+            converged = self._sent[0]
+        else:
+            converged = [c.copy() for c in converged]
+        stopped = [s.stopped_at is not None for s in insp.states]
+        # what the shard was dealt with, kept: its held blocks may have to be read again
+        self._sent = self.args[shard.index] = (converged, stopped, self._templates)
+        self._send(shard, self.inflight)
+
+    def _send(self, shard: Shard, into: dict[Any, Any]) -> None:
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
-        converged = [s.converged for s in insp.states]
-        stopped = [s.stopped_at is not None for s in insp.states]
+        converged, stopped, templates = self.args[shard.index]
         actor = self.actors[a]
         ref, blocks = actor.read.options(num_returns=2).remote(
-            self.plan, shard.part, converged, self._templates, stopped, self.held
+            self.plan, shard.part, converged, templates, stopped, self.held
         )  # the blocks of held states stay where they are: the holder fetches them
-        self.inflight[ref] = (shard, a, actor, blocks)
+        into[ref] = (shard, a, actor, blocks)
         self.load[a] += 1
+
+    def reread(self, indices: list[int]) -> dict[int, Any]:
+        """Shards read again for their held blocks (lost with a node, or with the
+        holder), dealt as they were first; ``{index: blocks' reference}``."""
+        out: dict[int, Any] = {}
+        todo: dict[Any, tuple[Shard, int, Any, Any]] = {}
+        for i in indices:
+            self._send(self.shards[i], todo)
+        while todo:
+            done, _ = self.ray.wait(list(todo), num_returns=1, timeout=POLL_S)
+            for ref in done:
+                shard, a, actor, blocks = todo.pop(ref)
+                self.load[a] -= 1
+                if self._answer(ref, shard, a, actor) is not None:
+                    out[shard.index] = blocks
+                else:  # its worker is gone too: another reads it
+                    self._send(shard, todo)
+        return out
 
     def set_templates(self, insp: Inspection) -> None:
         """Forks of block 0's merged states for the measures that calibrate on it."""
@@ -241,31 +291,49 @@ class _Pool:
              insp: Inspection) -> tuple[list[Any], str] | None:  # fmt: skip
         """The shard's states and block hash; None when its worker is gone and the shard
         was dealt again."""
+        got = self._answer(ref, shard, a, actor)
+        if got is None:  # dealt as it was first: the same converged pairs skip the same
+            self._send(shard, self.inflight)
+        return got
+
+    def _answer(self, ref: Any, shard: Shard, a: int,
+                actor: Any) -> tuple[list[Any], str] | None:  # fmt: skip
+        """The shard's answer; None when its worker (or its node, or the node holding
+        the answer) is gone: the worker is replaced, the caller deals the shard again."""
         exc = self.ray.exceptions
         try:
             states = self.ray.get(ref)
             self.received += payload_bytes(states)
             self.answers += 1
             return states
-        except exc.RayTaskError as err:
-            raise worker_error(err) from None
-        except (exc.RayActorError, exc.ActorUnschedulableError) as err:
-            # Ray's restarts are used up, or the worker's node is gone: a shard depends
-            # only on its records, so another worker reads it to the same states.
-            self.tries[shard.index] += 1
-            if self.tries[shard.index] > RETRIES:
-                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-                raise DNIError(
-                    f"Ray workers died {RETRIES + 1} times reading shard {shard.index}: "
-                    f"{first}. Check the workers' memory (a model per worker) or pass "
-                    "fewer workers=."
-                ) from None
-            if self.actors[a] is actor:  # the first of its shards to fail: replace it
-                with contextlib.suppress(Exception):
-                    self.ray.kill(actor, no_restart=True)
-                self.actors[a] = _actor(self.ray, self.shape)  # where Ray finds room
-            self.submit(shard, insp)
-            return None
+        except exc.RayTaskError as caught:
+            err = worker_error(caught)
+            if not isinstance(err, (exc.RayActorError, exc.ActorUnschedulableError,
+                                    exc.ObjectLostError)):  # fmt: skip
+                raise err from None  # the worker's own error: one process raises it too
+            return self._lost(shard, a, actor, err)  # an argument lost with its node
+        except (exc.RayActorError, exc.ActorUnschedulableError, exc.ObjectLostError) as err:
+            return self._lost(shard, a, actor, err)
+
+    def _lost(self, shard: Shard, a: int, actor: Any, err: BaseException) -> None:
+        """Count a failed read of ``shard``; replace its worker; fail after RETRIES."""
+        # Ray's restarts are used up, the worker's node is gone, or the answer died
+        # with it: a shard depends only on its records, so another worker reads it
+        # to the same states.
+        self.tries[shard.index] += 1
+        if self.tries[shard.index] > RETRIES:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise DNIError(
+                f"Ray workers died {RETRIES + 1} times reading shard {shard.index}: "
+                f"{first}. Check the workers' memory (a model per worker) or pass "
+                "fewer workers=."
+            ) from None
+        self.redealt += 1
+        if self.actors[a] is actor:  # the first of its shards to fail: replace it
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
+            self.actors[a] = _actor(self.ray, self.shape)  # where Ray finds room
+        return None
 
     def run(self, insp: Inspection, part0: Part, parts: Any,
             on_block: Callable[[Inspection], None] | None, start: float,
@@ -276,7 +344,8 @@ class _Pool:
         """
         order = InOrder()
         merged = 0  # shards merged: ``order.next`` counts those handed out, merged or not
-        self.submit(Shard(0, part0), insp)
+        self.shards[0] = Shard(0, part0)
+        self.submit(self.shards[0], insp)
         sizes = {0: part0.count}
         more = True
         # Block 0 alone first where a measure calibrates on it: later shards start from it.
@@ -293,7 +362,8 @@ class _Pool:
                     break
                 index = len(sizes)
                 sizes[index] = nxt.count
-                self.submit(Shard(index, nxt), insp)
+                self.shards[index] = Shard(index, nxt)
+                self.submit(self.shards[index], insp)
             if not self.inflight:
                 return not more and merged == len(sizes)
             for index, states in self.wait(insp):
@@ -332,7 +402,8 @@ class _Pool:
         After an early stop the actors stay for the next run (the shards read ahead are
         cancelled or finish in a block's time); a Stop must free the cluster at once.
         """
-        for ref in self.inflight:
+        gone = ray_gone(self.ray)  # nothing to cancel or kill: they died with that Ray
+        for ref in [] if gone else self.inflight:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=False)
         self.inflight.clear()
@@ -341,4 +412,5 @@ class _Pool:
             if not keep and not _BUSY[self.key]:  # another run may be reading with them
                 for a in _HOSTS.pop(self.key, []):
                     with contextlib.suppress(Exception):
-                        self.ray.kill(a, no_restart=True)
+                        if not gone:
+                            self.ray.kill(a, no_restart=True)

@@ -126,3 +126,41 @@ def placed(options: dict[str, Any], node_id: str | None) -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+
+
+def fitted(shape: WorkerShape, nodes: list[dict[str, Any]]) -> WorkerShape:
+    """``shape`` with its tasks' CPU request cut to the largest alive node's CPUs.
+
+    Ray schedules a task on one node: one worker's share of a two-node cluster's CPUs
+    (2 of 1 + 1) fits no node, and the task would wait forever.
+
+    Raises
+    ------
+    DNIError
+        When no alive node has the GPUs a task asks for.
+    """
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    cpus = max((float(r.get("CPU", 0.0)) for r in alive), default=0.0)
+    out = WorkerShape(shape.count, min(shape.num_cpus, cpus) if cpus > 0 else 0.0, shape.num_gpus)
+    unschedulable(out.task_options(), nodes)
+    return out
+
+
+def unschedulable(options: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """Raise when no alive node of ``nodes`` (``ray.nodes()``) has what ``options`` asks.
+
+    Ray keeps such a task pending without a word (an "infeasible" task), waiting for a
+    node that may never join.
+    """
+    want = {"CPU": float(options.get("num_cpus") or 0.0),
+            "GPU": float(options.get("num_gpus") or 0.0)}  # fmt: skip
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    if any(all(float(r.get(k, 0.0)) >= v for k, v in want.items()) for r in alive):
+        return
+    have = ", ".join(f"{float(r.get('CPU', 0)):g} CPU + {float(r.get('GPU', 0)):g} GPU"
+                     for r in alive) or "none"  # fmt: skip
+    raise DNIError(
+        f"no node of the Ray cluster can run a task that asks for {want['CPU']:g} CPU and "
+        f"{want['GPU']:g} GPU (alive nodes: {have}); pass fewer CPUs per worker (more "
+        "workers=), device='cpu', or add a node that has them."
+    )

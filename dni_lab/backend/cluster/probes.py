@@ -23,34 +23,29 @@ driver's node (a worker node's death leaves it alive); it reserves no CPU and is
 between runs, like the workers. Ray sends a return value under 100 KB to its owner,
 the driver, inline: such small blocks pass through the driver's process after all.
 A Stop kills the holder (its fit cannot see the Stop) unless another run uses it, and
-the frame keeps the last result the driver received.
+the frame keeps the last result the driver received. The holder is no single point of
+failure: blocks lost with their node before the holder fetched them, or a holder whose
+process died, are read again by workers and handed over again in order
+(:class:`ProbeLink`), so the held states end as one process's.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..engine.states import MeasureState
+from ..errors import DNIError
 from ..measures import Measure
 from ..measures.base import MeasureResult
-from .connect import session, worker_error
+from .connect import ray_gone, session, worker_error
+from .holder import ProbeHolder
 from .placement import placed
-from .shards import Block, forkable, merges_exactly, untrimmed
-from .wire import (
-    Bits,
-    apply_frozen,
-    apply_settled,
-    decode,
-    encode,
-    frozen_since,
-    nbytes,
-    no_result,
-    settled,
-)
+from .shards import forkable, merges_exactly
+from .wire import apply_frozen, apply_settled, decode, nbytes, no_result
 
 #: Seconds between checks for a Stop while waiting for a result (the driver's POLL_S).
 _POLL_S = 0.1
@@ -58,103 +53,16 @@ _POLL_S = 0.1
 #: Seconds a Stop waits for an exact measure's result from a busy holder.
 _STOP_WAIT_S = 5.0
 
+#: Seconds a holder has to say which shard it reads next before it is taken for dead
+#: (it answers between two updates; a long fit delays the answer, not a live holder's).
+_PING_S = 60.0
+
+#: Rebuilds of a run's held states (lost blocks, a dead holder) before the run fails.
+_REBUILDS = 4
+
 #: Holders kept between runs, per Ray session (a new Python with torch costs seconds).
 _HOLDERS: dict[tuple[int, str], Any] = {}
 _ACTIVE: Counter[tuple[int, str]] = Counter()  # runs using each session's holder now
-
-
-class _Run:
-    """One run's held states on a holder, and what the driver was sent of them."""
-
-    def __init__(self, states: dict[int, MeasureState]) -> None:
-        self.states = states
-        self.merged: set[int] = set()  # states that received a shard's state
-        self.bits: dict[int, bytes] = {}  # the settled bits last sent, per state
-        self.frozen_sent = {i: np.zeros(s.converged.shape, bool) for i, s in states.items()}
-
-
-class ProbeHolder:
-    """Keeps the held states of a run and folds blocks into them in the order given.
-
-    Ray runs one caller's calls of an actor in the order they were made, so blocks
-    handed over in shard order are read in shard order.
-    """
-
-    def __init__(self) -> None:
-        # two runs may overlap (a notebook starts a query while the last one stops)
-        self._runs: dict[str, _Run] = {}
-
-    def begin(self, run: str, specs: list[tuple[int, Measure, int]], n_hyps: int,
-              info: Any, threads: int) -> None:  # fmt: skip
-        """Fresh states for run ``run``: ``(state index, measure, units)`` each.
-
-        ``threads`` is the driver's torch thread count: a probe's Newton path depends on
-        the float rounding of its products, which depends on the threads that sum them.
-        """
-        torch.set_num_threads(threads)
-        self._runs[run] = _Run({
-            i: MeasureState(None, m, "", np.arange(n), m.start(n, n_hyps, "cpu", info),  # type: ignore[arg-type]
-                            np.zeros((n, n_hyps), bool))
-            for i, m, n in specs
-        })  # fmt: skip
-
-    def update(
-        self,
-        run: str,
-        blocks: dict[int, Any],
-        stops: dict[int, int] | None = None,
-        check: tuple[float, float, int] | None = None,
-    ) -> dict[int, Bits] | None:
-        """Fold one shard's ``{state index: Block or fresh state}`` into the run's states.
-
-        A block of behaviors by ``update``, a state by ``merge`` (the first replaces the
-        empty one, as on the driver). ``stops`` names states that stopped reading before
-        this shard (``MeasureState.stop`` on the driver): their later shards are dropped.
-        With ``check`` = ``(eps, confidence, records read)``, the convergence check
-        follows, and the settled bits of each state whose bits changed are returned.
-        """
-        r = self._runs.get(run)
-        if r is None:
-            return None
-        for i, at in (stops or {}).items():
-            r.states[i].stopped_at = at
-        for i, b in sorted(blocks.items()):
-            s = r.states[i]
-            if s.stopped_at is not None:  # a shard dealt before the driver said so
-                continue
-            if isinstance(b, Block):
-                s.accumulator = s.measure.update(s.accumulator, b.U, b.H, b.mask)
-            else:
-                new = untrimmed(b)
-                s.accumulator = new if i not in r.merged else s.measure.merge(s.accumulator, new)
-                r.merged.add(i)
-        if check is None:
-            return None
-        out = {}
-        for i, s in r.states.items():
-            if not s.measure.has_error:  # never converges: nothing to check or send
-                continue
-            s.check(*check)
-            bits = settled(s)
-            key = bits[0].tobytes() + bits[1].tobytes() + bits[2].encode() + repr(bits[3]).encode()
-            if r.bits.get(i) != key:
-                r.bits[i] = key
-                out[i] = bits
-        return out
-
-    def result(self, run: str, index: int, confidence: float, final: bool, known: str | None
-               ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:  # fmt: skip
-        """A state's ``peek`` (or ``result`` when ``final``) as :func:`~.wire.encode`
-        ships it, and the scores frozen since the last call (:func:`~.wire.frozen_since`)."""
-        r = self._runs[run]
-        s = r.states[index]
-        res = s.measure.result(s.accumulator, confidence) if final else s.measure.peek(
-            s.accumulator, confidence)  # fmt: skip
-        return (*encode(res, known), frozen_since(s, r.frozen_sent[index]))
-
-    def end(self, run: str) -> None:
-        """Free the run's rows (the holder is kept for the next run)."""
-        self._runs.pop(run, None)
 
 
 class Held(Measure):
@@ -178,30 +86,44 @@ class Held(Measure):
 
 class ProbeLink:
     """The driver's side of a run's holder: blocks handed over, settled pairs and
-    results fetched."""
+    results fetched; a holder that died, or blocks lost with their node, rebuilt.
 
-    def __init__(self, ray: Any, insp: Any, held: list[int], run: str) -> None:
+    Every shard fed is logged (its stops and check, not its blocks): when an update
+    fails because its blocks died with their worker's node, the shards from the first
+    one the holder lacks are read again (``reread``) and fed again in order; when the
+    holder itself died, a new holder reads them all again from shard 0. Either way the
+    held states end as one process's (a shard depends only on its records).
+    """
+
+    def __init__(self, ray: Any, insp: Any, held: list[int], run: str,
+                 reread: Callable[[list[int]], dict[int, Any]] | None = None) -> None:  # fmt: skip
         self.ray, self.insp, self.run, self.held = ray, insp, run, held
+        self.reread = reread  # shard indices -> their held blocks, read again by workers
         self.holder = _holder(ray)
-        _ACTIVE[session(ray)] += 1
+        self.key = session(ray)
+        _ACTIVE[self.key] += 1
         self.received = 0  # bytes of what the holder sent
+        self.lost_shards = 0  # shards whose held blocks were read again
+        self.holder_restarts = 0  # holders that died and were rebuilt
         self._known: dict[int, tuple[str, MeasureResult]] = {}
-        self._pending: list[Any] = []
+        self._pending: list[Any] = []  # updates not yet seen to succeed
+        self._log: list[tuple[dict[int, int], Any]] = []  # per shard fed: stops, check
         self._told: set[int] = set()  # stopped states the holder knows of
         self.closed = False
         specs = [(i, insp.states[i].measure, len(insp.states[i].columns)) for i in held]
         # with early stopping the holder checks its states after each block (those with
         # an error estimate: the others never converge)
         self.checks = any(m.has_error for _, m, _ in specs)
-        threads = torch.get_num_threads()
-        self.holder.begin.remote(run, specs, len(insp.info), insp.info, threads)
+        self._begin = (run, specs, len(insp.info), insp.info, torch.get_num_threads())
+        self.holder.begin.remote(*self._begin)
         for i, (_, m, _) in zip(held, specs, strict=True):
             insp.states[i].measure = Held(m, self, i)
 
     def feed(self, blocks: Any) -> None:
-        """Hand one shard's blocks (a reference: the driver does not fetch them) over,
-        after the states that stopped since the last; with early stopping, wait for the
-        holder's convergence check and copy its settled pairs into the driver's states.
+        """Hand the next shard's blocks (a reference: the driver does not fetch them)
+        over, after the states that stopped since the last; with early stopping, wait
+        for the holder's convergence check and copy its settled pairs into the driver's
+        states.
 
         Call after ``progress.records_read`` counts the shard. Returns early on a Stop.
         """
@@ -212,27 +134,76 @@ class ProbeLink:
         check = None
         if self.checks and insp._checks():
             check = (insp.params.eps, insp.params.confidence, insp.progress.records_read)
-        ref = self.holder.update.remote(self.run, blocks, stops, check)
+        index = len(self._log)
+        self._log.append((stops, check))
+        ref = self.holder.update.remote(self.run, index, blocks, stops, check)
         self._pending.append(ref)
         if check is None:
             return
         while not self.ray.wait([ref], timeout=_POLL_S)[0]:
             if insp._cancel:
                 return
-        changes = self._get(ref)
+        # after a rebuild, the last update fed again is this shard's (the same check)
+        changes = self._get(ref, lambda: self._pending[-1])
         self.received += nbytes(changes)
         for i, bits in (changes or {}).items():
             apply_settled(insp.states[i], bits, insp.params.eps)
 
-    def _get(self, ref: Any) -> Any:
-        """``ref``'s value, after raising the first error of an earlier update."""
+    def _get(self, ref: Any, again: Callable[[], Any]) -> Any:
+        """``ref``'s value, after the earlier updates succeeded; the holder rebuilt
+        (and ``again()`` asked instead) where blocks or the holder were lost."""
+        errors = self.ray.exceptions
+        for attempt in range(_REBUILDS + 1):
+            try:
+                done = self.ray.get(self._pending)  # an update's error, in the order it happened
+                out = self.ray.get(ref)
+                if any(isinstance(x, str) for x in [*done, out]):  # GAP: shards missing
+                    raise _Lost("an update found an earlier shard missing")
+                self._pending.clear()
+                return out
+            except (errors.RayError, _Lost) as caught:
+                if ray_gone(self.ray):  # the user's ray.shutdown(): the run ends partial
+                    raise
+                err = worker_error(caught)  # a task's own error inside Ray's wrapper
+                if isinstance(caught, errors.RayTaskError) and not isinstance(
+                    err, errors.RayError
+                ):  # the holder's own code raised: one process would raise it too
+                    raise err from None
+                # the holder's process, or the blocks it was handed, are gone (Ray wraps
+                # a lost argument's ActorUnschedulableError in a RayTaskError)
+                if attempt == _REBUILDS:
+                    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+                    raise DNIError(
+                        f"the probe holder lost its blocks {_REBUILDS + 1} times ({first}); "
+                        "check the cluster's nodes and memory, or run without cluster=."
+                    ) from None
+                self._rebuild()
+                ref = again()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rebuild(self) -> None:
+        """Read again the shards the holder lacks and feed them in order; a dead holder
+        is replaced and reads every shard fed so far."""
         try:
-            self.ray.get(self._pending)  # an update's error, in the order it happened
-            out = self.ray.get(ref)
-        except self.ray.exceptions.RayTaskError as err:
-            raise worker_error(err) from None
-        self._pending.clear()
-        return out
+            start = self.ray.get(self.holder.applied.remote(self.run), timeout=_PING_S)
+        except Exception:  # the holder's process is gone (or hangs): a new holder
+            self.holder = _replace_holder(self.ray, self.holder)
+            self.holder_restarts += 1
+            start = None
+        if start is None:  # a holder without the run's states: they start again
+            self.holder.begin.remote(*self._begin)
+            start = 0
+        todo = list(range(start, len(self._log)))
+        self._pending = []
+        if not todo:
+            return
+        if self.reread is None:
+            raise DNIError("the probe holder lost blocks and no workers can read them again.")
+        blocks = self.reread(todo)
+        self.lost_shards += len(todo)
+        for i in todo:
+            stops, check = self._log[i]
+            self._pending.append(self.holder.update.remote(self.run, i, blocks[i], stops, check))
 
     def result(self, index: int, confidence: float, final: bool) -> MeasureResult:
         known = self._known.get(index)
@@ -241,16 +212,22 @@ class ProbeLink:
         # A Stop: a probe's scores as they stood (its fit on the holder cannot see the
         # Stop); an exact measure's are cheap to ask for, unless the holder is busy.
         probe = not merges_exactly(state.measure.measure)
+        if not self.closed and ray_gone(self.ray):  # ray.shutdown() while the frame is built
+            self.closed = self.insp._cancel = True
         if self.closed or (self.insp._cancel and probe):
             return kept
-        ref = self.holder.result.remote(self.run, index, confidence, final,
-                                        known[0] if known else None)  # fmt: skip
+
+        def ask() -> Any:
+            return self.holder.result.remote(self.run, index, confidence, final,
+                                             known[0] if known else None)  # fmt: skip
+
+        ref = ask()
         waited = 0.0
         while not self.ray.wait([ref], timeout=_POLL_S)[0]:
             waited += _POLL_S if self.insp._cancel else 0.0
             if self.insp._cancel and (probe or waited > _STOP_WAIT_S):
                 return kept
-        digest, payload, frozen = self._get(ref)
+        digest, payload, frozen = self._get(ref, ask)
         self.received += nbytes(payload) + nbytes(frozen)
         if frozen is not None:  # the frame's converged pairs show these scores
             apply_frozen(state, frozen)
@@ -262,9 +239,11 @@ class ProbeLink:
         """Free the run's rows; after a Stop or a failure, kill the holder (mid-fit)
         unless another run uses it."""
         self.closed = True
-        key = session(self.ray)
+        key = self.key
         _ACTIVE[key] -= 1
-        if keep or _ACTIVE[key] > 0:
+        if ray_gone(self.ray):  # the holder died with that Ray
+            _HOLDERS.pop(key, None)
+        elif keep or _ACTIVE[key] > 0:
             self.holder.end.remote(self.run)
         else:
             _HOLDERS.pop(key, None)
@@ -272,6 +251,10 @@ class ProbeLink:
                 self.ray.kill(self.holder, no_restart=True)
             except Exception:  # already dead, or Ray already gone
                 pass
+
+
+class _Lost(Exception):
+    """A holder's answer says an earlier shard's blocks never reached it."""
 
 
 def holds(measure: Measure) -> bool:
@@ -299,6 +282,16 @@ def _holder(ray: Any) -> Any:
         opts = placed({"num_cpus": 0}, here)
         _HOLDERS[key] = ray.remote(ProbeHolder).options(**opts).remote()
     return _HOLDERS[key]
+
+
+def _replace_holder(ray: Any, dead: Any) -> Any:
+    """A new holder in place of ``dead`` (once, whichever run notices first)."""
+    key = session(ray)
+    if _HOLDERS.get(key) is dead:
+        del _HOLDERS[key]
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(dead, no_restart=True)
+    return _holder(ray)
 
 
 def forget_holders(ray: Any) -> None:

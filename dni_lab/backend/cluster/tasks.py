@@ -15,6 +15,7 @@ draws of the chunks before its own, so the counts add up to the single-process o
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,11 @@ from ..errors import DNIError
 from .connect import connect, import_ray, worker_error
 from .driver import forget_workers
 from .pickling import check_picklable
-from .placement import WorkerShape, worker_shape
+from .placement import WorkerShape, fitted, unschedulable, worker_shape
+
+#: Seconds without a finished task after which the cluster is asked whether any node
+#: can still run the rest.
+STALL_S = 8.0
 
 #: Shards per worker: a few, so that a slow worker does not hold the last shard alone.
 SHARDS_PER_WORKER = 4
@@ -32,10 +37,31 @@ SHARDS_PER_WORKER = 4
 
 def _shape(ray: Any, cluster: Any, workers: int | None, device: Any) -> WorkerShape:
     """The tasks' shape; idle inspection actors give their GPUs back first."""
-    shape = worker_shape(ray.cluster_resources(), cluster, workers, device)
+    # a task runs on one node: it asks for no more CPUs than the largest node has
+    shape = fitted(worker_shape(ray.cluster_resources(), cluster, workers, device), ray.nodes())
     if shape.num_gpus > 0:  # CPU actors reserve nothing (placement.py); GPU ones do
         forget_workers(ray, idle_only=True)
     return shape
+
+
+def _gather(ray: Any, refs: list[Any], options: dict[str, Any]) -> list[Any]:
+    """``ray.get(refs)``, but a task no alive node can run (its nodes died) is an error
+    within :data:`STALL_S`, not a wait without end."""
+    waiting, last = list(refs), time.monotonic()
+    while waiting:
+        done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=1.0)
+        if done:
+            ray.get(done)  # a task's error now, not after the others
+            last = time.monotonic()
+        elif time.monotonic() - last > STALL_S:
+            try:
+                unschedulable(options, ray.nodes())  # raises when no node can run them
+            except DNIError:
+                for r in waiting:
+                    ray.cancel(r)
+                raise
+            last = time.monotonic()
+    return ray.get(refs)
 
 
 def _activations_shard(model: Any, records: list[Any], layer: Any, symbol_agg: str,
@@ -88,7 +114,7 @@ def sharded_activations(
     refs = [task.remote(model_ref, list(records[lo : lo + size]), layer, symbol_agg,
                         batch_size, device) for lo in range(0, n, size)]  # fmt: skip
     try:
-        parts = ray.get(refs)
+        parts = _gather(ray, refs, shape.task_options())
     except ray.exceptions.RayTaskError as exc:
         for r in refs:
             ray.cancel(r)
@@ -98,10 +124,16 @@ def sharded_activations(
 
 def _null_hits_shard(null_hits: Any, blocks: list[tuple], sizes: list[int], first: int,
                      stop: int, alternative: str, target: Any, info: list[Any], seed: int,
-                     device: Any) -> Any:  # fmt: skip
+                     device: Any, threads: int) -> Any:  # fmt: skip
+    import torch
+
     from ..extraction.extract import resolve_device
     from .shards import moved
 
+    # The driver's thread count: a null score equal to the observed one up to rounding
+    # (a signal no shuffle moves) counts or not by the rounding of the sums, which
+    # depends on how many threads split them; Ray gives a task threads = its CPUs.
+    torch.set_num_threads(threads)
     dev = resolve_device(device)
     return null_hits(moved(blocks, dev), sizes, first, stop, alternative, target, info, seed, dev)
 
@@ -136,6 +168,8 @@ def sharded_null_hits(
     torch.Tensor
         ``(units, hypotheses)`` float64 counts, equal to the single-process ones.
     """
+    import torch
+
     from .shards import moved
 
     ray = connect(cluster)
@@ -144,10 +178,11 @@ def sharded_null_hits(
     per = max(1, math.ceil(n / (shape.count * SHARDS_PER_WORKER)))
     task = ray.remote(_null_hits_shard).options(**shape.task_options(), max_retries=3)
     ref = ray.put(moved(blocks, "cpu"))
+    threads = torch.get_num_threads()
     refs = [task.remote(null_hits, ref, sizes, k, min(k + per, n), alternative, target, info, seed,
-                        device) for k in range(0, n, per)]  # fmt: skip
+                        device, threads) for k in range(0, n, per)]  # fmt: skip
     try:
-        return sum(ray.get(refs))
+        return sum(_gather(ray, refs, shape.task_options()))
     except ray.exceptions.RayTaskError as exc:
         for r in refs:
             ray.cancel(r)
