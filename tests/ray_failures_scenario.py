@@ -36,6 +36,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray_nodes_scenario import FAST_DEATH, KEYS  # noqa: E402  (+ the nodes' PYTHONPATH)
 
 import dni_lab as dl  # noqa: E402
+from dni_lab.backend.cluster.connect import ray_log  # noqa: E402
 from dni_lab.backend.cluster.driver import forget_workers  # noqa: E402
 from dni_lab.backend.engine.inspection import Inspection  # noqa: E402
 from dni_lab.backend.engine.params import InspectParams  # noqa: E402
@@ -228,6 +229,7 @@ def main() -> None:
         print(f"ok {kind}: {good} of {len(out[kind])} runs gave the one-process frame",
               flush=True)  # fmt: skip
     out["permutation_s"] = round(permutation_on_nodes(), 2)
+    out["ray_log"] = ray_log()
     print("ok permutation_test(cluster=, workers=1) on 1-CPU nodes: one process's p-values",
           flush=True)  # fmt: skip
     print("stats", json.dumps(out), flush=True)

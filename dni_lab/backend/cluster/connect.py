@@ -22,6 +22,7 @@ import os
 import queue
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -77,7 +78,50 @@ def connect(cluster: str | int | bool) -> Any:
     """Connect to (or start) the Ray that ``cluster`` names; return the ``ray`` module."""
     ray = import_ray()
     with _CONNECT_LOCK:  # two background runs starting at once start one Ray
-        return _connect(ray, cluster)
+        out = _connect(ray, cluster)
+    divert_ray_messages()
+    return out
+
+
+#: Where Ray's own system messages go instead of the notebook (``DNI_LAB_RAY_LOG``
+#: names another file; ``-`` leaves them where Ray prints them).
+RAY_LOG = os.path.join(tempfile.gettempdir(), f"dni_lab-ray-{os.getpid()}.log")
+
+
+def ray_log() -> str | None:
+    """The file Ray's system messages go to, or None where they are left to Ray."""
+    target = os.environ.get("DNI_LAB_RAY_LOG", RAY_LOG)
+    return None if target == "-" else target
+
+
+def divert_ray_messages() -> None:
+    """Send Ray's system messages (a dead node's ~25 lines of "Raylet is terminated",
+    task retries, a worker's death) to :func:`ray_log`'s file, not the notebook.
+
+    Ray prints them from a thread of its own through ``print_to_stdstream`` with the
+    sender ``"raylet"``; the output of your own tasks and actors still reaches you.
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # another Ray layout: its printing stays
+        return
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "_dni_lab", False):
+        return
+
+    def diverted(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        target = ray_log()
+        if target is not None and data.get("pid") == "raylet":
+            try:
+                with open(target, "a", encoding="utf-8") as f:
+                    f.writelines(f"{line}\n" for line in data.get("lines", []))
+                return None
+            except OSError:  # an unwritable file: Ray prints it as before
+                pass
+        return original(data, *args, **kwargs)
+
+    diverted._dni_lab = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = diverted
 
 
 def _connect(ray: Any, cluster: str | int | bool) -> Any:

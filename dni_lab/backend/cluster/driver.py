@@ -26,7 +26,15 @@ from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
 from ..engine.sources import Part
 from ..errors import DNIError
-from .connect import connect, import_ray, no_auto_init, ray_gone, session, worker_error
+from .connect import (
+    connect,
+    import_ray,
+    no_auto_init,
+    ray_gone,
+    ray_log,
+    session,
+    worker_error,
+)
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders, holds
@@ -168,7 +176,8 @@ def run_sharded(
         # and what failures cost: shards dealt again, held blocks read again, holders lost
         insp.cluster_stats = {"bytes_received": pool.received + held,
                               "shards_received": pool.answers, "shards_redealt": pool.redealt,
-                              "held_shards_reread": lost, "holder_restarts": restarts}  # fmt: skip
+                              "held_shards_reread": lost, "holder_restarts": restarts,
+                              "ray_log": ray_log()}  # fmt: skip
 
 
 def _parts(plan: Plan) -> list[tuple[str, Any]]:
