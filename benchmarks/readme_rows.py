@@ -175,6 +175,44 @@ def _rss_peers(h: dict) -> tuple[str, str, str]:
             f"nnsight {t['nnsight']['rss_peak_mb']:,.0f} MiB", times(_peer_rss(h)))  # fmt: skip
 
 
+_ACT_PEERS = {"transformer_lens": "TransformerLens", "nnsight": "nnsight"}
+
+
+def _act_tools(d: dict, workload: str) -> dict[str, dict]:
+    """``bench_activations.py``'s measured tools of one workload (block3, all), by name."""
+    return {r["tool"]: r for r in d["rows"] if r["workload"] == workload and "error" not in r}
+
+
+def _act_ratio(workload: str, key: str, best):
+    """Ours over the best peer's ``key`` (the faster: ``max``; the leaner: ``min``)."""
+
+    def ratio(d: dict) -> float:
+        t = _act_tools(d, workload)
+        return t["ours"][key] / best(t[p][key] for p in _ACT_PEERS if p in t)
+
+    return ratio
+
+
+def _acts(workload: str):
+    """Cells of ``dl.activations`` against the peers: tokens per CPU second, peak RSS."""
+
+    def cells(d: dict) -> tuple[str, str, str]:
+        t = _act_tools(d, workload)
+        o, s = t["ours"], t["ours_stream"]
+        ours = (f"{o['tokens_per_cpu_s']:,.0f} tokens per CPU s, {o['rss_peak_mb']:,.0f} MiB "
+                f"(streamed: {s['tokens_per_cpu_s']:,.0f}, {s['rss_peak_mb']:,.0f} MiB)")
+        base = ", ".join(f"{n} {t[p]['tokens_per_cpu_s']:,.0f}, {t[p]['rss_peak_mb']:,.0f} MiB"
+                         for p, n in _ACT_PEERS.items() if p in t)  # fmt: skip
+        speed = _act_ratio(workload, "tokens_per_cpu_s", max)(d)
+        rss = _act_ratio(workload, "rss_peak_mb", min)(d)
+        return ours, base, f"{times(speed)} speed, {times(rss)} RSS"
+
+    targets = (Target("speed vs the faster peer ", ">=", 1, "×",
+                      _act_ratio(workload, "tokens_per_cpu_s", max)),
+               Target("RSS vs the leaner ", "<=", 1, "×", _act_ratio(workload, "rss_peak_mb", min)))
+    return cells, targets  # fmt: skip
+
+
 def _stops(s: dict) -> list[float]:
     return sorted(t["stop_s"] for t in s["trials"] if not t["ended_before_stop"])
 
@@ -335,6 +373,12 @@ ROWS: tuple[Row, ...] = (
                 lambda h: 100 * h["peers"]["tools"]["ours"]["padding_waste_mixed"]),)),
     Row("peak RSS of the extraction workloads vs the leaner peer", "`bench_hf_depth.py "
         "--peers`", "hf_depth", _rss_peers, (Target("", "<=", 1, "×", _peer_rss),)),
+    Row("`dl.activations` vs TransformerLens 3.9 `run_with_cache(names_filter=...)` and nnsight "
+        "0.8 `.save()`: `blocks.3.hook_resid_post`, 64 records × ~128 tokens, GPT-2 small's "
+        "shape, each tool in its own process keeping every value", "`bench_activations.py`",
+        "activations", *_acts("block3")),
+    Row("the same, every block's `hook_resid_post`", "`bench_activations.py`", "activations",
+        *_acts("all")),
     Row("Stop during the main job (`corr` + `logreg`, Stops spread over a run)",
         "`bench_stop.py`", "stop", _stop,
         (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),
