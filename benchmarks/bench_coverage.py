@@ -21,6 +21,11 @@ pair marked converged in every order:
 
 Results go to ``benchmarks/results/coverage.json`` (``--json`` to change); it asserts
 nothing.
+
+``--sweep`` instead reads both workloads with ``corr`` at eps 0.1, 0.05, 0.025 and 0.01
+(blocks of 64 records, ``--orders`` random orders, 10 by default) and stores the records
+each eps read and its coverage in ``benchmarks/results/early_stop_eps.json``: early
+stopping must read more as eps shrinks.
 """
 
 from __future__ import annotations
@@ -44,9 +49,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.results_io import write_results  # noqa: E402
 from dni_lab.backend.hypothesis.hypotheses import as_family, evaluate_family  # noqa: E402
+from dni_lab.backend.measures.logreg import LogReg  # noqa: E402
 
 MEASURES = ("corr", "logreg")
+#: measures by name beyond the registry's: the probe whose unit score is its loading
+MEASURE_OBJECTS: dict[str, Any] = {"logreg-loading": LogReg(unit_score="loading")}
+SWEEP_EPS = (0.1, 0.05, 0.025, 0.01)
 
 
 class Replay(nn.Module):
@@ -148,7 +158,11 @@ def parens_workload(n_records: int) -> Replayed:
 
 
 def coverage(early: pl.DataFrame, full: pl.DataFrame, eps: float, group: bool) -> dict[str, Any]:
-    """Shares of converged pairs within eps of, and within their error of, the full data.
+    """Shares of settled pairs within eps of, and within their error of, the full data.
+
+    Only pairs that could have been wrong count: converged *before the data ended* (a
+    pair read to the end holds its full-data value) and not empty (a null score, such as
+    a continuous hypothesis under ``logreg``, is no estimate).
 
     Parameters
     ----------
@@ -159,20 +173,29 @@ def coverage(early: pl.DataFrame, full: pl.DataFrame, eps: float, group: bool) -
     group : bool
         Also require the group score within eps (probes: the group F1 the frame shows).
     """
-    j = early.filter(pl.col("converged")).join(full, on=["uid", "hid"], suffix="_full")
+    n_full = int(full["n_records"].max() or 0)
+    settled = pl.col("converged") & (pl.col("n_records") < n_full)
+    j = early.filter(settled & pl.col("unit_score").is_not_nan())
+    j = j.join(full, on=["uid", "hid"], suffix="_full")
     ok = np.ones(j.height, bool)
     ok_err = np.ones(j.height, bool)
     cols = ("unit_score", "group_score") if group else ("unit_score",)
     for c in cols:
         a, b = j[c].to_numpy().astype(float), j[f"{c}_full"].to_numpy().astype(float)
         gap = np.abs(a - b)
-        same_null = np.isnan(a) & np.isnan(b)
-        ok &= same_null | (gap <= eps)
+        ok &= gap <= eps  # a full-data null where the early score is not: a miss
         if c == "unit_score":
             err = j["err"].to_numpy().astype(float)
-            ok_err &= same_null | (gap <= np.nan_to_num(err, nan=0.0))
+            ok_err &= gap <= np.nan_to_num(err, nan=0.0)
+    nonempty = early.filter(pl.col("unit_score").is_not_nan())
+    half = int((nonempty["converged"] & (nonempty["n_records"] <= n_full // 2)).sum())
+    group_done = pl.col("converged") | pl.col("reason").str.starts_with(
+        "left open: the group's score settled").fill_null(False)  # fmt: skip
+    groups = nonempty.group_by("hid").agg(group_done.all().alias("done"))
     return {"pairs": int(j.height), "within_eps": int(ok.sum()), "within_err": int(ok_err.sum()),
-            "records_read": int(early["n_records"].max() or 0)}  # fmt: skip
+            "records_read": int(early["n_records"].max() or 0), "nonempty": nonempty.height,
+            "settled_by_half": half, "groups": groups.height,
+            "groups_settled": int(groups["done"].sum())}  # fmt: skip
 
 
 def measure_coverage(
@@ -184,19 +207,25 @@ def measure_coverage(
     signals: list[str] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Coverage of ``measure`` on ``wl`` over ``orders`` random record orders."""
+    """Coverage of ``measure`` on ``wl`` over ``orders`` random record orders.
+
+    ``pairs_converged`` counts the non-empty pairs settled before the data ended
+    (:func:`coverage`), summed over the orders.
+    """
+    measure_obj = MEASURE_OBJECTS.get(measure, measure)
     model, fam = wl.model(), wl.family(signals)
     data = list(range(len(wl.U)))
     run = dict(units=[("", "*")], cache=False, block_size=block)
     t0 = time.perf_counter()
-    full = dl.inspect([model], [fam], [measure], data, eps=None, **run)
-    group = measure == "logreg"
-    tot = {"pairs": 0, "within_eps": 0, "within_err": 0}
+    full = dl.inspect([model], [fam], [measure_obj], data, eps=None, **run)
+    group = measure.startswith("logreg")
+    tot = dict.fromkeys(("pairs", "within_eps", "within_err", "nonempty", "settled_by_half",
+                         "groups", "groups_settled"), 0)  # fmt: skip
     per_order, reads = [], []
     rng = np.random.default_rng(seed)
     for _ in range(orders):
         order = [int(i) for i in rng.permutation(len(data))]
-        early = dl.inspect([model], [fam], [measure], order, eps=eps, **run)
+        early = dl.inspect([model], [fam], [measure_obj], order, eps=eps, **run)
         c = coverage(early, full, eps, group)
         for k in tot:
             tot[k] += c[k]
@@ -208,8 +237,25 @@ def measure_coverage(
         "hypotheses": len(signals or wl.signals), "units": int(wl.U[0].shape[1]),
         "pairs_converged": tot["pairs"], "within_eps": tot["within_eps"] / pairs,
         "within_err": tot["within_err"] / pairs, "worst_order_within_eps": min(per_order),
-        "median_records_read": float(np.median(reads)), "seconds": time.perf_counter() - t0,
+        "median_records_read": float(np.median(reads)), "records_read": reads,
+        "nonempty_pairs": tot["nonempty"], "settled_by_half_the_data": tot["settled_by_half"],
+        "groups": tot["groups"], "groups_settled": tot["groups_settled"],
+        "seconds": time.perf_counter() - t0,
     }  # fmt: skip
+
+
+def eps_sweep(n: int, orders: int, block: int) -> list[dict[str, Any]]:
+    """``corr`` on both workloads at each of :data:`SWEEP_EPS`: records read, coverage."""
+    rows = []
+    for wl in (parens_workload(n), sql_workload(n)):
+        for eps in SWEEP_EPS:
+            r = measure_coverage(wl, "corr", orders, eps, block) | {"eps": eps}
+            rows.append(r)
+            print(f"{wl.name:6s} eps {eps:<6} records read {r['records_read']} (median "
+                  f"{r['median_records_read']:.0f} of {n:,}); {r['within_eps']:.2%} of "
+                  f"{r['pairs_converged']:,} converged pairs within eps, "
+                  f"{r['within_err']:.2%} within err")  # fmt: skip
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,25 +267,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measures", default=",".join(MEASURES))
     ap.add_argument("--logreg-orders", type=int, default=None,
                     help="orders for logreg (its fits are slow; default: --orders)")  # fmt: skip
-    ap.add_argument("--json", type=Path, default=REPO / "benchmarks/results/coverage.json")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--workloads", default="sql,parens", help="comma-separated: sql, parens")
+    ap.add_argument("--sweep", action="store_true",
+                    help="records read per eps (corr), to results/early_stop_eps.json")  # fmt: skip
     args = ap.parse_args(argv)
     # replayed blocks: nothing to memo (set here, not on import: tests import this module)
     os.environ.setdefault("DNI_LAB_BEHAVIOR_MEMO_MB", "0")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    if args.sweep:
+        n, orders = (2_500, 3) if args.quick else (10_000, args.orders or 10)
+        rows = eps_sweep(n, orders, 64)
+        path = args.json or REPO / "benchmarks/results/early_stop_eps.json"
+        cmd = "python benchmarks/bench_coverage.py --sweep" + (" --quick" if args.quick else "")
+        write_results(path, {"command": cmd, "records": n, "orders": orders,
+                             "block_size": 64, "rows": rows})  # fmt: skip
+        print(f"wrote {path}")
+        return 0
+    args.json = args.json or REPO / "benchmarks/results/coverage.json"
     orders = args.orders or (3 if args.quick else 20)
     n = 2_500 if args.quick else 10_000
     rows = []
-    for wl in (sql_workload(n), parens_workload(n)):
+    for name in args.workloads.split(","):
+        wl = {"sql": sql_workload, "parens": parens_workload}[name](n)
         print(f"{wl.name}: {len(wl.U)} records, {len(wl.signals)} hypotheses ({wl.source})")
         for measure in args.measures.split(","):
             # probes fit one model per hypothesis: a dozen of them keeps 20 orders affordable
-            sub = wl.signals[:12] if measure == "logreg" else None
-            k = (args.logreg_orders or orders) if measure == "logreg" else orders
+            sub = wl.signals[:12] if measure.startswith("logreg") else None
+            k = (args.logreg_orders or orders) if measure.startswith("logreg") else orders
             r = measure_coverage(wl, measure, k, args.eps, args.block, sub)
             rows.append(r)
             _write(args, rows)  # after every row: a slow probe run still leaves the rest
             worst = r["worst_order_within_eps"]
-            print(f"  {measure:7s} {r['pairs_converged']:7d} converged pairs over {k} orders:"
+            print(f"  {measure:7s} {r['pairs_converged']:7d} non-empty pairs settled before"
+                  f" the end ({k} orders):"
                   f" {r['within_eps']:.2%} within eps (worst order {worst:.2%}),"
                   f" {r['within_err']:.2%} within err; median {r['median_records_read']:.0f}"
                   f" records read; {r['seconds']:.0f} s")  # fmt: skip

@@ -152,6 +152,70 @@ def coef_and_se(
     return unit, unit_se, unit_ij
 
 
+def _corr_from_sums(n, sx, sxx, sz, szz, sxz) -> np.ndarray:
+    """Correlations from raw sums (leading dimensions broadcast), NaN without variance."""
+    nn = np.maximum(n, 1.0)
+    cov = sxz - sx * sz / nn
+    vx, vz = sxx - sx * sx / nn, szz - sz * sz / nn
+    den = np.sqrt(np.clip(vx * vz, 0.0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 1e-12 * np.maximum(np.abs(sxx * szz), 1.0), cov / den, np.nan)
+
+
+def loadings(
+    X: torch.Tensor,
+    Z: torch.Tensor,
+    defined: torch.Tensor | None,
+    group: torch.Tensor,
+    n_groups: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(units, outputs)`` correlation of each unit with each output's logit, and its
+    record-group jackknife standard error.
+
+    The probe's logit ``z`` is identifiable where its coefficients are not: the L1 fit's
+    predictions are unique even when near-copies of a unit share their weight one way
+    or another, so each unit's correlation with ``z`` (its *loading*, the structure
+    coefficient of discriminant analysis) settles as records come, like ``corr``, and
+    twins get the same loading. ``X`` ``(n, units)``, ``Z`` ``(outputs, n)`` (the mean
+    of the fold models' logits), ``defined`` ``(n, outputs)`` or None.
+    """
+    n_out = Z.shape[0]
+    S = np.zeros((6, n_groups, X.shape[1], n_out))  # n, sx, sxx, sz, szz, sxz per group
+    for g in range(n_groups):
+        rows = (group == g).nonzero().squeeze(1)
+        if not len(rows):
+            continue
+        x = X[rows].double()
+        d = (torch.ones(len(rows), n_out, dtype=torch.float64, device=X.device)
+             if defined is None else defined[rows].double())  # fmt: skip
+        z = Z[:, rows].T.double() * d
+        S[0, g] = d.sum(0).cpu().numpy()[None, :]
+        S[1, g] = (x.T @ d).cpu().numpy()
+        S[2, g] = ((x * x).T @ d).cpu().numpy()
+        S[3, g] = z.sum(0).cpu().numpy()[None, :]
+        S[4, g] = (z * z).sum(0).cpu().numpy()[None, :]  # d is 0/1: z·d squared is z²·d
+        S[5, g] = (x.T @ z).cpu().numpy()
+    tot = S.sum(1)
+    load = _corr_from_sums(*tot)
+    loo = _corr_from_sums(*(tot[:, None] - S))  # (groups, units, outputs)
+    with np.errstate(invalid="ignore"):
+        var = (n_groups - 1) / n_groups * ((loo - loo.mean(0)) ** 2).sum(0)
+    return load, np.sqrt(var)
+
+
+def pick_per_unit(vals: np.ndarray, se: np.ndarray, out_hyp: np.ndarray, n_hyps: int):
+    """Per (unit, hypothesis): a categorical hypothesis shows the class largest in magnitude."""
+    n_units = vals.shape[0]
+    unit = np.full((n_units, n_hyps), np.nan)
+    unit_se = np.full((n_units, n_hyps), np.nan)
+    rows = np.arange(n_units)
+    for j in np.unique(out_hyp):
+        sel = np.flatnonzero(out_hyp == j)
+        pick = sel[np.nan_to_num(np.abs(vals[:, sel]), nan=-1.0).argmax(1)]
+        unit[:, j], unit_se[:, j] = vals[rows, pick], se[rows, pick]
+    return unit, unit_se
+
+
 def halfway(checks: list[Checkpoint]) -> Checkpoint | None:
     """The last checkpoint at or before half the records of the latest one: what the
     drift is measured against (None: no such checkpoint, so no error estimate yet)."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..errors import MeasureError
 from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
 from ._newton import Problem, hessians, initial_weights, newton
 from ._probe_error import (
@@ -42,6 +43,8 @@ from ._probe_error import (
     f1_and_se,
     halfway,
     influence,
+    loadings,
+    pick_per_unit,
 )
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
@@ -103,6 +106,14 @@ class LogReg(Measure):
         Record groups of the grouped jackknife of the F1's sampling error.
     seed : int
         Seeds the row sample (``max_rows``).
+    unit_score : {"coef", "loading"}
+        What a unit's row shows. ``"coef"`` (the default): its mean L1 coefficient over
+        the folds, which :mod:`dni_lab.features` multiplies into directions; the
+        coefficients of correlated units are not identifiable (twins trade weight), so
+        under early stopping most of these pairs stay open once the F1 settled.
+        ``"loading"``: the unit's correlation with the probe's logit (the structure
+        coefficient, :func:`._probe_error.loadings`), identifiable and on corr's scale,
+        with a record-group jackknife error, so early stopping can settle it.
     """
 
     name = "logreg"
@@ -123,7 +134,14 @@ class LogReg(Measure):
         hessian_rows: int = 4096,
         groups: int = 20,
         seed: int = 0,
+        unit_score: str = "coef",
     ) -> None:
+        if unit_score not in ("coef", "loading"):
+            raise MeasureError(
+                f"LogReg(unit_score={unit_score!r}) is not a unit score: use 'coef' (the "
+                "L1 coefficient) or 'loading' (the unit's correlation with the probe's logit)"
+            )
+        self.unit_score = unit_score
         self.C = C
         self.folds = folds
         self.max_rows = max_rows
@@ -334,11 +352,18 @@ class LogReg(Measure):
             pred = pred & state.defined
         counts = confusion_by_group(pred, state.Y > 0.5, state.group, self.groups)
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
-        H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
-                     torch.Generator().manual_seed(1))  # fmt: skip
-        delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
-                          state.group, self.groups)  # fmt: skip
-        coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp, n_h, delta)
+        if self.unit_score == "loading":  # the error is the loading's own jackknife's
+            z = torch.sigmoid(fit.Z.view(k, n_out, len(Xs))).mean(0)
+            load, load_se = loadings(Xs[:, 1:], z, state.defined, state.group, self.groups)
+            coef, coef_ij = pick_per_unit(load, load_se, state.out_hyp, n_h)
+            coef_se = np.zeros_like(coef)
+        else:
+            H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
+                         torch.Generator().manual_seed(1))  # fmt: skip
+            delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
+                              state.group, self.groups)  # fmt: skip
+            coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp,
+                                                 n_h, delta)  # fmt: skip
         open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
         done = np.ones(n_h, dtype=bool)
         for j in np.unique(state.out_hyp[open_out]):
