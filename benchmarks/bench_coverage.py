@@ -253,7 +253,7 @@ def eps_sweep(n: int, orders: int, block: int) -> list[dict[str, Any]]:
             rows.append(r)
             print(f"{wl.name:6s} eps {eps:<6} records read {r['records_read']} (median "
                   f"{r['median_records_read']:.0f} of {n:,}); {r['within_eps']:.2%} of "
-                  f"{r['pairs_converged']:,} converged pairs within eps, "
+                  f"{r['pairs_converged']:,} non-empty pairs settled before the end within eps, "
                   f"{r['within_err']:.2%} within err")  # fmt: skip
     return rows
 

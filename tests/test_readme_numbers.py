@@ -94,6 +94,12 @@ ALLOWED: dict[str, Result | Setting | Cited] = {
     "1.5×": Setting("dni_lab/backend/measures/logreg.py", "checkpoint_growth: float = 1.5"),
     "4×": Setting("dni_lab/backend/measures/logreg.py", "max_growth: float = 4.0"),
     "99%": Cited("Luigi"),  # the findings table's "the paper's finding" column
+    # docs/benchmarks.md, "Early stopping by eps" (rows: parens, then SQL, eps 0.1 to 0.01)
+    "100.00%": Result("early_stop_eps", "rows.0.within_eps", "{:.2%}"),
+    "99.96%": Result("early_stop_eps", "rows.2.within_eps", "{:.2%}"),
+    "99.41%": Result("early_stop_eps", "rows.3.within_eps", "{:.2%}"),
+    "99.35%": Result("early_stop_eps", "rows.6.within_eps", "{:.2%}"),
+    "96.63%": Result("early_stop_eps", "rows.7.within_eps", "{:.2%}"),
 }
 
 
