@@ -19,6 +19,11 @@ reasons, and the error bounds both:
 
 The error is the larger of the two, and it is NaN (not yet known) until a fit has
 reached its tolerance and a checkpoint at half the records exists.
+
+With ``LogReg(unit_score="loading")`` a unit's score is its correlation with the probe's
+predicted probability (``loadings``) and its sampling error that correlation's
+record-group jackknife: the coefficients of correlated units are not identifiable (two
+record orders can swap weight between near-copies), the predictions are.
 """
 
 from __future__ import annotations
