@@ -31,7 +31,6 @@ stopping must read more as eps shrinks.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -309,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
-    out = {"eps": args.eps, "block_size": args.block, "quick": args.quick, "rows": rows}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    cmd = "python benchmarks/bench_coverage.py " + " ".join(sys.argv[1:])
+    write_results(args.json, {"command": cmd.strip(), "eps": args.eps, "block_size": args.block,
+                              "quick": args.quick, "rows": rows})  # fmt: skip
 
 
 if __name__ == "__main__":
