@@ -22,16 +22,15 @@ import os
 import queue
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import DNIError
+from .guard import divert_ray_messages, guard_shutdown
 from .placement import WorkerShape, worker_shape
 
-__all__ = ["WorkerShape", "connect", "no_auto_init", "ray_gone", "session", "shutdown",
-           "worker_error", "worker_shape"]  # fmt: skip
+__all__ = ["WorkerShape", "connect", "session", "shutdown", "worker_error", "worker_shape"]
 
 T = TypeVar("T")
 
@@ -80,48 +79,8 @@ def connect(cluster: str | int | bool) -> Any:
     with _CONNECT_LOCK:  # two background runs starting at once start one Ray
         out = _connect(ray, cluster)
     divert_ray_messages()
+    guard_shutdown(ray)
     return out
-
-
-#: Where Ray's own system messages go instead of the notebook (``DNI_LAB_RAY_LOG``
-#: names another file; ``-`` leaves them where Ray prints them).
-RAY_LOG = os.path.join(tempfile.gettempdir(), f"dni_lab-ray-{os.getpid()}.log")
-
-
-def ray_log() -> str | None:
-    """The file Ray's system messages go to, or None where they are left to Ray."""
-    target = os.environ.get("DNI_LAB_RAY_LOG", RAY_LOG)
-    return None if target == "-" else target
-
-
-def divert_ray_messages() -> None:
-    """Send Ray's system messages (a dead node's ~25 lines of "Raylet is terminated",
-    task retries, a worker's death) to :func:`ray_log`'s file, not the notebook.
-
-    Ray prints them from a thread of its own through ``print_to_stdstream`` with the
-    sender ``"raylet"``; the output of your own tasks and actors still reaches you.
-    """
-    try:
-        from ray._private import worker as ray_worker
-    except ImportError:  # another Ray layout: its printing stays
-        return
-    original = ray_worker.print_to_stdstream
-    if getattr(original, "_dni_lab", False):
-        return
-
-    def diverted(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        target = ray_log()
-        if target is not None and data.get("pid") == "raylet":
-            try:
-                with open(target, "a", encoding="utf-8") as f:
-                    f.writelines(f"{line}\n" for line in data.get("lines", []))
-                return None
-            except OSError:  # an unwritable file: Ray prints it as before
-                pass
-        return original(data, *args, **kwargs)
-
-    diverted._dni_lab = True  # type: ignore[attr-defined]
-    ray_worker.print_to_stdstream = diverted
 
 
 def _connect(ray: Any, cluster: str | int | bool) -> Any:
@@ -161,47 +120,6 @@ def _connect(ray: Any, cluster: str | int | bool) -> Any:
             "'host:6379' on a node of the cluster), or pass cluster='local'."
         ) from None
     return ray
-
-
-#: Runs talking to Ray now, and Ray's own auto-init switch as it was before the first.
-_NO_AUTO: dict[str, Any] = {"runs": 0, "saved": True}
-_NO_AUTO_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def no_auto_init() -> Iterator[None]:
-    """Ray's automatic ``ray.init()`` off while a run talks to Ray.
-
-    After the user's ``ray.shutdown()`` during a run, the run's next Ray call would
-    start a new local Ray of its own (one per call: several clusters, then Ray's raw
-    start-up error); with auto-init off it fails, and the run ends with a partial
-    frame instead (:func:`ray_gone`). The user's own calls are connected anyway.
-    """
-    try:
-        from ray._private import auto_init_hook as hook
-    except ImportError:  # another Ray layout: its default stays
-        yield
-        return
-    with _NO_AUTO_LOCK:
-        if _NO_AUTO["runs"] == 0:
-            _NO_AUTO["saved"] = hook.enable_auto_connect
-            hook.enable_auto_connect = False
-        _NO_AUTO["runs"] += 1
-    try:
-        yield
-    finally:
-        with _NO_AUTO_LOCK:
-            _NO_AUTO["runs"] -= 1
-            if _NO_AUTO["runs"] == 0:
-                hook.enable_auto_connect = _NO_AUTO["saved"]
-
-
-def ray_gone(ray: Any) -> bool:
-    """Whether this process left Ray (``ray.shutdown()``) since it connected."""
-    try:
-        return not ray.is_initialized()
-    except Exception:  # a Ray half shut down
-        return True
 
 
 def session(ray: Any) -> tuple[int, str]:

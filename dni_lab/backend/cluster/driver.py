@@ -26,15 +26,8 @@ from ..engine.inspection import Inspection
 from ..engine.provenance import RecordsHash
 from ..engine.sources import Part
 from ..errors import DNIError
-from .connect import (
-    connect,
-    import_ray,
-    no_auto_init,
-    ray_gone,
-    ray_log,
-    session,
-    worker_error,
-)
+from .connect import connect, import_ray, session, worker_error
+from .guard import check_ray, no_auto_init, ray_gone, ray_log
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders, holds
@@ -147,37 +140,48 @@ def run_sharded(
     pool = _Pool(ray, plan, insp)
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
     ok = False
-    try:
+    with no_auto_init():  # a ray.shutdown() now waits for this run to stop, which it does
         try:
-            with no_auto_init():  # a ray.shutdown() now ends the run, starts no Ray
+            try:
                 insp._read_to_end = pool.run(insp, part0, parts, on_block, start, merged_hash)
-            ok = not insp._cancel
-        except Exception:
-            if not ray_gone(ray):
-                raise
-            # the user's ray.shutdown() during the run: the workers died with that Ray;
-            # the frame so far is a partial one, as after a Stop, and the next call
-            # starts a new Ray (connect() notices)
-            insp._cancel = True
-            if pool.link is not None:
-                pool.link.closed = True  # its last results stand
+                ok = not insp._cancel
+            except (Exception, SystemExit):  # Ray ends a call it shut down with SystemExit
+                if not ray_gone(ray):
+                    raise
+                _left(insp, pool)
+            finally:
+                pool.close(keep=ok)
+                insp._records_hash = merged_hash
+            try:
+                return insp._finish(start)  # a held probe's final fit runs on its holder
+            except (Exception, SystemExit):
+                if not ray_gone(ray):
+                    raise
+                _left(insp, pool)
+                return insp._finish(start)  # with the results the driver has
         finally:
-            pool.close(keep=ok)
-            insp._records_hash = merged_hash
-        with no_auto_init():
-            return insp._finish(start)  # a held probe's final fit runs on its holder
-    finally:
-        held, lost, restarts = 0, 0, 0
-        if pool.link is not None:
-            pool.link.close(keep=ok and not insp._cancel)
-            held, lost, restarts = (pool.link.received, pool.link.lost_shards,
-                                    pool.link.holder_restarts)  # fmt: skip
-        # what crossed the network to the driver (benchmarks/bench_cluster.py prints it),
-        # and what failures cost: shards dealt again, held blocks read again, holders lost
-        insp.cluster_stats = {"bytes_received": pool.received + held,
-                              "shards_received": pool.answers, "shards_redealt": pool.redealt,
-                              "held_shards_reread": lost, "holder_restarts": restarts,
-                              "ray_log": ray_log()}  # fmt: skip
+            held, lost, restarts = 0, 0, 0
+            if pool.link is not None:
+                pool.link.close(keep=ok and not insp._cancel)
+                held, lost, restarts = (pool.link.received, pool.link.lost_shards,
+                                        pool.link.holder_restarts)  # fmt: skip
+            # what crossed the network to the driver (benchmarks/bench_cluster.py prints
+            # it), and what failures cost: shards dealt again, held blocks read again,
+            # holders lost
+            insp.cluster_stats = {"bytes_received": pool.received + held,
+                                  "shards_received": pool.answers,
+                                  "shards_redealt": pool.redealt,
+                                  "held_shards_reread": lost, "holder_restarts": restarts,
+                                  "ray_log": ray_log()}  # fmt: skip
+
+
+def _left(insp: Inspection, pool: _Pool) -> None:
+    """The user's ``ray.shutdown()`` during the run: the workers died with that Ray. The
+    frame so far is a partial one, as after a Stop; the next call starts a new Ray
+    (``connect()`` notices)."""
+    insp._cancel = True
+    if pool.link is not None:
+        pool.link.closed = True  # the results it received stand
 
 
 def _parts(plan: Plan) -> list[tuple[str, Any]]:
@@ -245,6 +249,7 @@ class _Pool:
         self._send(shard, self.inflight)
 
     def _send(self, shard: Shard, into: dict[Any, Any]) -> None:
+        check_ray(self.ray)  # never a call into a Ray the user is shutting down
         # The least loaded actor: a slow (or restarting) worker does not hold shards up.
         a = min(range(len(self.actors)), key=lambda i: (self.load[i], i))
         converged, stopped, templates = self.args[shard.index]
@@ -263,6 +268,7 @@ class _Pool:
         for i in indices:
             self._send(self.shards[i], todo)
         while todo:
+            check_ray(self.ray)
             done, _ = self.ray.wait(list(todo), num_returns=1, timeout=POLL_S)
             for ref in done:
                 shard, a, actor, blocks = todo.pop(ref)
@@ -284,6 +290,7 @@ class _Pool:
         """Finished shards as (index, (states, block hash, held blocks' reference));
         returns early (maybe empty) on a cancel."""
         while self.inflight and not insp._cancel:
+            check_ray(self.ray)
             done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=POLL_S)
             if done:
                 out = []

@@ -41,7 +41,8 @@ import torch
 from ..errors import DNIError
 from ..measures import Measure
 from ..measures.base import MeasureResult
-from .connect import ray_gone, session, worker_error
+from .connect import session, worker_error
+from .guard import check_ray, ray_gone
 from .holder import ProbeHolder
 from .placement import placed
 from .shards import forkable, merges_exactly
@@ -136,11 +137,12 @@ class ProbeLink:
             check = (insp.params.eps, insp.params.confidence, insp.progress.records_read)
         index = len(self._log)
         self._log.append((stops, check))
+        check_ray(self.ray)
         ref = self.holder.update.remote(self.run, index, blocks, stops, check)
         self._pending.append(ref)
         if check is None:
             return
-        while not self.ray.wait([ref], timeout=_POLL_S)[0]:
+        while not self._ready(ref):
             if insp._cancel:
                 return
         # after a rebuild, the last update fed again is this shard's (the same check)
@@ -149,11 +151,17 @@ class ProbeLink:
         for i, bits in (changes or {}).items():
             apply_settled(insp.states[i], bits, insp.params.eps)
 
+    def _ready(self, ref: Any) -> bool:
+        """Whether ``ref`` is done, after at most a poll; never calls a Ray shutting down."""
+        check_ray(self.ray)
+        return bool(self.ray.wait([ref], timeout=_POLL_S)[0])
+
     def _get(self, ref: Any, again: Callable[[], Any]) -> Any:
         """``ref``'s value, after the earlier updates succeeded; the holder rebuilt
         (and ``again()`` asked instead) where blocks or the holder were lost."""
         errors = self.ray.exceptions
         for attempt in range(_REBUILDS + 1):
+            check_ray(self.ray)
             try:
                 done = self.ray.get(self._pending)  # an update's error, in the order it happened
                 out = self.ray.get(ref)
@@ -221,9 +229,10 @@ class ProbeLink:
             return self.holder.result.remote(self.run, index, confidence, final,
                                              known[0] if known else None)  # fmt: skip
 
+        check_ray(self.ray)
         ref = ask()
         waited = 0.0
-        while not self.ray.wait([ref], timeout=_POLL_S)[0]:
+        while not self._ready(ref):
             waited += _POLL_S if self.insp._cancel else 0.0
             if self.insp._cancel and (probe or waited > _STOP_WAIT_S):
                 return kept
