@@ -114,7 +114,7 @@ def moved(obj: Any, device: torch.device | str) -> Any:
     """``obj`` with every tensor (and recorded device) on ``device``; shares nothing moved.
 
     Walks dataclasses, plain objects, lists, tuples and dicts: measure states are plain
-    objects (DESIGN: "states are plain objects that can be merged across machines").
+    objects that merge across machines (the Measure protocol in docs/architecture.md).
     """
     device = torch.device(device)
     return _walk(obj, lambda t: t.to(device), device, {})

@@ -43,7 +43,7 @@ TOP_K = 3
 
 @dataclass
 class MeasureState:
-    """DESIGN's measure state, with the convergence of its pairs.
+    """A measure state (docs/architecture.md's vocabulary), with the convergence of its pairs.
 
     Attributes
     ----------
