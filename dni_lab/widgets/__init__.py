@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and the API reference
     from ._base import Panel, link_selection, selection_key
+    from ._patching import patching_chart
     from .charts import epoch_scores, heatmap, sorted_scores, verification
     from .feature_dashboard import FeatureDashboard
     from .image_overlay import ImageOverlay
     from .lab import Lab
-    from .patching_chart import patching_chart
     from .plots import Plot, to_svg
     from .progress import ProgressView, progress_text
     from .query_builder import QueryBuilder
@@ -42,7 +42,7 @@ _HOMES = {
     "FeatureDashboard": "feature_dashboard",
     "ImageOverlay": "image_overlay",
     "Lab": "lab",
-    "patching_chart": "patching_chart",
+    "patching_chart": "_patching",
     "Plot": "plots",
     "to_svg": "plots",
     "ProgressView": "progress",

@@ -18,7 +18,7 @@ import traitlets
 
 from . import charts
 from ._base import Panel, as_selection, esm, selection_key
-from .patching_chart import patching_chart
+from ._patching import patching_chart
 
 KINDS: dict[str, Callable[..., charts.Built]] = {
     "sorted": charts.sorted_scores,
@@ -50,7 +50,7 @@ class Plot(Panel):
     Parameters
     ----------
     kind : {"sorted", "epochs", "heatmap", "verification", "patching"}
-        Which chart (:mod:`dni_lab.widgets.charts`; ``"patching"``: :mod:`.patching_chart`).
+        Which chart (:mod:`dni_lab.widgets.charts`; ``"patching"``: :func:`.patching_chart`).
     source : polars.DataFrame or verification result
         What to plot.
     **options
