@@ -91,6 +91,8 @@ ALLOWED: dict[str, Result | Setting | Cited] = {
         "dni_lab/backend/extraction/behavior_memo.py", '"DNI_LAB_BEHAVIOR_MEMO_MB", "64"'
     ),
     "2 s": Setting("dni_lab/backend/cluster/connect.py", "CONNECT_TIMEOUT_S = 2.0"),
+    "10 s": Setting("dni_lab/backend/cluster/guard.py", "LEAVE_WAIT_S = 10.0"),
+    "8 s": Setting("dni_lab/backend/cluster/tasks.py", "STALL_S = 8.0"),
     "1.5×": Setting("dni_lab/backend/measures/logreg.py", "checkpoint_growth: float = 1.5"),
     "4×": Setting("dni_lab/backend/measures/logreg.py", "max_growth: float = 4.0"),
     "99%": Cited("Luigi"),  # the findings table's "the paper's finding" column
