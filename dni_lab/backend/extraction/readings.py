@@ -1,0 +1,304 @@
+"""Reading a model's outputs: the probe pass, each address's layout and width, the view.
+
+:class:`Readings` is the part of :class:`~.models.Model` that turns what a module
+returns into ``(records, symbols, units)``: one probe forward pass (in eval mode, every
+submodule's flag put back) records what each module returned and was given, the
+:mod:`.layouts` rules give each address a layout or an error that lists its readings,
+and every address is read once on the probe's sample so that what cannot be read fails
+before any block. A subclass whose capture already returns symbols (Hugging Face
+models) sets ``reads_layouts = False`` and keeps the widths probe only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import LayerError, did_you_mean
+from .layouts import (
+    Layout,
+    Seen,
+    first_input,
+    first_tensor,
+    hook_point_layout,
+    infer_layouts,
+    kind_layout,
+)
+from .module_names import layer_modules
+
+
+class Readings:
+    """The probe pass and the layouts of a :class:`~.models.Model` (a mixin)."""
+
+    @property
+    def has_widths(self) -> bool:
+        """Whether :meth:`layer_widths` already ran its probe pass."""
+        return bool(self._widths) or self._probed
+
+    def layer_widths(self, sample: Sequence[Any], device: torch.device | str) -> dict[str, int]:
+        """Width (number of units) of every address, cached on the model.
+
+        The first call runs one probe forward pass on ``sample`` (a record or two
+        is enough) on ``device``; later calls return the cached widths, whatever
+        their arguments, since widths do not depend on the records.
+
+        Parameters
+        ----------
+        sample : sequence
+            Records the module accepts; only used on the first call.
+        device : torch.device or str
+            Where the module's parameters live for the probe pass.
+
+        Returns
+        -------
+        dict[str, int]
+            ``{address: width}`` for every address with a tensor output.
+        """
+        if not self.has_widths:
+            self._widths = self._probe_widths(list(sample), torch.device(device))
+            self._probed = True
+        elif self.reads_layouts:  # a Sequential named since the probe is an address now
+            self._widths.update(self._widths_of(self.addresses, self._widths))
+        return dict(self._widths)
+
+    def _probe_widths(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        if not sample:
+            raise ValueError(
+                f"model {self.name!r}: measuring layer widths needs at least one record; "
+                "pass a non-empty sample of records the model accepts."
+            )
+        if not self.reads_layouts:
+            return self._probe_gathered(sample, device)
+        modules = self._probed_modules()
+        seen: dict[str, Seen] = {}
+        calls: dict[str, int] = {}
+        # eval mode, as every read: a BatchNorm in train mode would update its statistics
+        with torch.inference_mode(), eval_mode(self.module), contextlib.ExitStack() as stack:
+            for addr, mod in modules.items():
+                hook = _see(seen, addr, self.layouts.get(addr), calls)
+                stack.callback(mod.register_forward_hook(hook, with_kwargs=True).remove)
+            self.forward(to_device(self.encode(sample), device))
+        unknown = sorted(set(self.layouts) - set(self.addresses) - set(modules))
+        if unknown:
+            raise LayerError(
+                f"model {self.name!r}: layouts= names {unknown[0]!r}, which is no address of "
+                f"the model.{did_you_mean(unknown[0], self.addresses)}"
+            )
+        refused = {a: seen.pop(a) for a in list(seen) if isinstance(seen[a], str)}
+        found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name,
+                              self.frames, self.reduce)
+        self._read, self._unreadable = found.layouts, {**found.errors, **refused}
+        for addr, n in calls.items():
+            if n > 1:  # which call's output would a symbol's value be?
+                self._read.pop(addr, None)
+                self._unreadable[addr] = (
+                    f"layer {addr!r} of model {self.name!r} runs {n} times in one forward pass "
+                    "on different values (a shared module), so it has no one output per "
+                    "symbol; read the modules around each call, or give each call a module "
+                    "of its own."
+                )
+        widths: dict[str, int] = {}
+        for addr in self.addresses:
+            base, k, cell = self.split_address(addr)
+            if k is not None:
+                # a replayed recurrent sub-layer: its width follows from the module
+                mod = self._module(base)
+                widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
+                self._read[addr] = Layout("n s u")  # replays come back batch first
+        self._shapes = {a: s.out.shape for a, s in seen.items() if a in self._read}
+        self._try_reads(seen, sample)
+        widths.update(self._widths_of(self.addresses, widths))
+        return widths
+
+    def _widths_of(self, addresses: Sequence[str], known: Mapping[str, int]) -> dict[str, int]:
+        """Widths of probed addresses with a layout (a Sequential named after the probe too)."""
+        return {
+            a: self._read[a].width(self._shapes[a])
+            for a in addresses
+            if a not in known and a in self._read and a in self._shapes
+        }
+
+    def _try_reads(self, seen: Mapping[str, Seen], sample: list[Any]) -> None:
+        """Read every address on the probe's sample: what cannot be read fails now, not
+        after a block (too few positions, records on the wrong axis, a frame count)."""
+        counts = [int(self.symbols(r)) for r in sample]
+        T = max(counts) if counts else 0
+        for addr in list(self._read):
+            if addr not in seen:
+                continue
+            try:
+                self.symbol_view(addr, seen[addr].out, sample, T, counts)
+            except LayerError as exc:
+                self._read.pop(addr)
+                self._unreadable[addr] = str(exc)
+
+    def _probe_gathered(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        """Widths where captured outputs already come back per symbol (a subclass's store)."""
+        with torch.inference_mode(), self.capture(self.layers) as store:
+            self.forward(to_device(self.encode(sample), device))
+        widths: dict[str, int] = {}
+        for addr in self.addresses:
+            base, k, cell = self.split_address(addr)
+            if k is not None:
+                mod = self._module(base)
+                widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
+            elif addr in store:
+                t = store[addr]
+                widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
+        return widths
+
+    def _probed_modules(self) -> dict[str, nn.Module]:
+        """Every module the probe pass watches: the layers, and Sequentials (data flow)."""
+        out = dict(layer_modules(self.module))
+        known = {id(m) for m in out.values()}
+        for name, mod in self.module.named_modules():
+            if id(mod) not in known and not isinstance(mod, (nn.ModuleList, nn.ModuleDict)):
+                out[name] = mod
+                known.add(id(mod))
+        return out
+
+    # -- reading ----------------------------------------------------------------
+    #: Whether outputs are read through layouts; a subclass whose capture already
+    #: returns ``(records, symbols, units)`` (Hugging Face models) sets it False.
+    reads_layouts = True
+
+    def own_layout(self, address: str, module: nn.Module, ndim: int) -> str | None:
+        """A layout this model fixes for an address beyond its module kind (None: no rule).
+
+        A TransformerLens model's hook points are read by their names' meanings.
+        """
+        return hook_point_layout(self.module, address, module, ndim)
+
+    def static_layout(self, address: str, ndim: int) -> Layout | None:
+        """The layout a declaration, the model's rule or the module kind fixes (no probe)."""
+        if address in self.layouts:
+            return self.layouts[address]
+        mod = self._module(address)
+        spec = self.own_layout(address, mod, ndim) or kind_layout(mod, ndim)
+        return Layout(spec) if spec else None
+
+    def layout(self, address: str) -> Layout:
+        """The layout ``address`` is read with; a :class:`LayerError` if it has several readings.
+
+        Needs the probe pass (:meth:`layer_widths`) to have run.
+        """
+        if address in self._unreadable:
+            raise LayerError(self._unreadable[address])
+        found = self._read.get(address)
+        if found is None:
+            raise LayerError(
+                f"layer {address!r} of model {self.name!r} produced no tensor in a probe pass; "
+                "pick a layer that the module calls."
+            )
+        if self.prefix and found.axes.count("s") != 1:
+            raise LayerError(
+                f"model {self.name!r} drops prefix={self.prefix} leading positions, but layer "
+                f"{address!r} is read with layout {found}, which has no single symbol axis; "
+                "declare its layout or read a sequence layer."
+            )
+        return found
+
+    def check_readable(self, address: str) -> None:
+        """Raise the layout error of an address with several readings (before any data)."""
+        if self.reads_layouts and self.has_widths:
+            self.layout(address)
+
+    def symbol_view(
+        self, address: str, t: torch.Tensor, records: list[Any], T: int, counts: list[int]
+    ) -> torch.Tensor:
+        """A captured output as ``(records, T, units)``, position ``t`` = symbol ``t``."""
+        layout = self.layout(address)
+        where = f"layer {address!r} of model {self.name!r}"
+        x = layout.view(t, counts, self._image_hw(layout, t, records, address), where)
+        if x.shape[0] != len(records):
+            raise LayerError(
+                f"{where} is read with layout {layout} as {x.shape[0]} records, but the "
+                f"block has {len(records)}; declare the layout (Model(layouts=...)) that puts "
+                "the records on the axis 'n'."
+            )
+        x = x[:, self.prefix:] if self.prefix else x
+        if x.shape[1] != T and not (self.padded and x.shape[1] > T):
+            extra = f" after dropping prefix={self.prefix}" if self.prefix else ""
+            raise LayerError(
+                f"{where} has {x.shape[1]} symbol positions{extra} (layout {layout}), but the "
+                f"block's longest record has {T} symbols; make encode() emit one position per "
+                "symbol, pass Model(symbols=fn), prefix= for leading tokens, padded=True when "
+                "encode() pads past the longest record, or a layout that reduces the extra "
+                "axis ('r' with reduce=)."
+            )
+        return x[:, :T]
+
+    def _image_hw(self, layout: Layout, t: torch.Tensor, records: list[Any], address: str):
+        """The image size a 2-D map is resized to, or None when it is read as it is."""
+        if layout.axes.count("s") != 2:
+            return None
+        shape = getattr(records[0], "shape", None)
+        if shape is None or len(shape) < 2:
+            return None  # the map's own pixels are the symbols
+        hw = (int(shape[-2]), int(shape[-1]))
+        s_sizes = tuple(int(n) for a, n in zip(layout.axes, t.shape, strict=True) if a == "s")
+        if s_sizes != hw and not self.resize:
+            raise LayerError(
+                f"layer {address!r} outputs maps of {s_sizes}, the input is {hw}; use "
+                "Model(..., resize=True) to resize maps to the input."
+            )
+        return hw
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move a tensor, or the tensors of a tuple/list/dict, to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def _see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) -> Callable:
+    """A probe hook: what the module returned (the tensor read) and was given, how often.
+
+    A declared ``output=`` that the output does not have is that address's error, kept
+    in ``seen`` as a string: the other addresses stay readable.
+    """
+    where = f"layer {addr!r}"
+
+    def hook(_mod, args, kwargs, out):
+        try:
+            t = layout.select(out, where) if layout is not None else first_tensor(out, where)
+        except LayerError as exc:
+            if layout is not None:
+                seen[addr] = str(exc)
+            return  # no tensor output: not a readable address
+        before = seen.get(addr)
+        # a module run again on the same values (TransformerLens applies ln1 to the
+        # query, key and value inputs alike) has one output; other values make two
+        if before is None:
+            calls[addr] = 1
+        elif not (isinstance(before, Seen) and before.out.shape == t.shape
+                  and torch.equal(before.out, t)):
+            calls[addr] += 1
+        seen[addr] = Seen(t, first_input(args, kwargs))
+
+    return hook
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode; every submodule's own ``training`` flag put back on exit.
+
+    ``module.train(flag)`` on the way out would set every submodule to the top's flag:
+    an eval-mode network inside a fresh (train-mode) wrapper would come back training.
+    """
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, flag in modes:
+            m.training = flag  # the attribute itself: train() would recurse into children
