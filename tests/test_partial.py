@@ -26,6 +26,16 @@ UNITS = [("lstm", "*")]
 STOPPED = "stopped by the user after"
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_reaches_python():
+    """Python's own SIGINT handler, as in a terminal: a shell starting the suite as a
+    background job hands it SIGINT ignored, and dni_lab rightly leaves that alone."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture
 def model():
     import torch
