@@ -101,14 +101,8 @@ class Readings:
                     "symbol; read the modules around each call, or give each call a module "
                     "of its own."
                 )
-        widths: dict[str, int] = {}
-        for addr in self.addresses:
-            base, k, cell = self.split_address(addr)
-            if k is not None:
-                # a replayed recurrent sub-layer: its width follows from the module
-                mod = self._module(base)
-                widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
-                self._read[addr] = Layout("n s u")  # replays come back batch first
+        widths = self._replay_widths()
+        self._read.update(dict.fromkeys(widths, Layout("n s u")))  # replays: batch first
         self._shapes = {a: s.out.shape for a, s in seen.items() if a in self._read}
         self._try_reads(seen, sample)
         widths.update(self._widths_of(self.addresses, widths))
@@ -136,17 +130,23 @@ class Readings:
                 self._read.pop(addr)
                 self._unreadable[addr] = str(exc)
 
-    def _probe_gathered(self, sample: list[Any], device: torch.device) -> dict[str, int]:
-        """Widths where captured outputs already come back per symbol (a subclass's store)."""
-        with torch.inference_mode(), self.capture(self.layers) as store:
-            self.forward(to_device(self.encode(sample), device))
+    def _replay_widths(self) -> dict[str, int]:
+        """Widths of the replayed recurrent sub-layers (``lstm.l1``, its cells), from the module."""
         widths: dict[str, int] = {}
         for addr in self.addresses:
             base, k, cell = self.split_address(addr)
             if k is not None:
                 mod = self._module(base)
                 widths[addr] = mod.hidden_size * (1 if cell or not mod.bidirectional else 2)
-            elif addr in store:
+        return widths
+
+    def _probe_gathered(self, sample: list[Any], device: torch.device) -> dict[str, int]:
+        """Widths where captured outputs already come back per symbol (a subclass's store)."""
+        with torch.inference_mode(), self.capture(self.layers) as store:
+            self.forward(to_device(self.encode(sample), device))
+        widths = self._replay_widths()
+        for addr in self.addresses:
+            if addr not in widths and addr in store:
                 t = store[addr]
                 widths[addr] = int(t.shape[1] if t.dim() == 4 else t.shape[-1])
         return widths
