@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -142,7 +141,7 @@ def logit_lens(
             "load it with its head (e.g. AutoModelForCausalLM)."
         )
     final = _final_norm(module, norm, model.name)
-    ids = [_token_id(model, t) for t in tokens]
+    ids = [model.token_id(t) for t in tokens]
     if not ids:
         raise DNIError("no tokens given; pass tokens=[id or one-token string, ...].")
     address = model.resolve_layer(hook)
@@ -170,13 +169,3 @@ def _final_norm(module: nn.Module, path: str | None, model_name: str) -> nn.Modu
     return found[0][1]
 
 
-def _token_id(model: Any, token: int | str) -> int:
-    if isinstance(token, int):
-        return token
-    ids = model.tokenizer(str(token), add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise DNIError(
-            f"token {token!r} is {len(ids)} tokens for model {model.name!r}'s tokenizer; "
-            "give a string it keeps whole, or the token id."
-        )
-    return int(ids[0])

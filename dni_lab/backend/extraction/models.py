@@ -240,6 +240,15 @@ class Model(Readings):
             f"Available layers: {shown}."
         )
 
+    def token_id(self, token: int | str) -> int:
+        """The id of ``token``: an id as it is; a string needs a tokenizer (``from_hf``)."""
+        if isinstance(token, (int, np.integer)):
+            return int(token)
+        raise DNIError(
+            f"model {self.name!r} has no tokenizer to read {token!r} with; give the token id, "
+            "or load the model with dl.Model.from_hf(module, tokenizer)."
+        )
+
     def _module(self, name: str) -> nn.Module:
         return self.module.get_submodule(name) if name else self.module
 

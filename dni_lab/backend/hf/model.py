@@ -392,6 +392,18 @@ class HFModel(Model):
             return self.module.get_submodule(self._attn[name][0])
         return super()._module(name)
 
+    def token_id(self, token: int | str) -> int:
+        """The id of ``token``: an id as it is, or a string the tokenizer keeps whole."""
+        if not isinstance(token, str):
+            return super().token_id(token)
+        ids = self.tokenizer(str(token), add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise DNIError(
+                f"{token!r} is {len(ids)} tokens for model {self.name!r}'s tokenizer; give one "
+                "token (a string the tokenizer keeps whole, or its id)."
+            )
+        return int(ids[0])
+
     def forceable(self, address: str) -> bool:
         """Whether forcing ``address`` can hook one module's input or output as a whole.
 

@@ -67,7 +67,7 @@ def logit_difference(model: Model, answers: Sequence[tuple[Any, Any]]) -> Metric
             f"logit_difference reads logits per token; model {model.name!r} is no "
             "dl.Model.from_hf transformer. Pass metric=your_function(records, output, pairs)."
         )
-    ids = torch.as_tensor([[_token_id(model, a) for a in pair] for pair in answers])
+    ids = torch.as_tensor([[model.token_id(a) for a in pair] for pair in answers])
     if ids.dim() != 2 or ids.shape[1] != 2:
         raise DNIError("answers must hold one (right, wrong) pair of tokens per record pair.")
 
@@ -77,18 +77,6 @@ def logit_difference(model: Model, answers: Sequence[tuple[Any, Any]]) -> Metric
         return (logits.gather(1, want[:, :1]) - logits.gather(1, want[:, 1:]))[:, 0]
 
     return metric
-
-
-def _token_id(model: Model, answer: Any) -> int:
-    if isinstance(answer, (int, np.integer)):
-        return int(answer)
-    ids = model.tokenizer(str(answer), add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise DNIError(
-            f"answer {answer!r} is {len(ids)} tokens for model {model.name!r}'s tokenizer; "
-            "give one token (a string the tokenizer keeps whole, or its id)."
-        )
-    return int(ids[0])
 
 
 def _last_symbol(model: Any, records: list[Any], output: torch.Tensor) -> torch.Tensor:
