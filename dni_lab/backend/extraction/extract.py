@@ -252,7 +252,7 @@ class Extractor:
             for addr in self.layer_units:
                 if addr in self.features:  # latents: the hook's activation, encoded
                     hook, fs = self.features[addr]
-                    x = self._symbols(hook, store, records, mask.shape[1])
+                    x = self._symbols(hook, store, records, mask)
                     if addr in self._sparse:
                         values, index = fs.encode_sparse(x)
                         values = values.detach().float()
@@ -261,7 +261,7 @@ class Extractor:
                         continue
                     act = fs.encode(x).float()
                 else:
-                    act = self._symbols(addr, store, records, mask.shape[1])
+                    act = self._symbols(addr, store, records, mask)
                 idx = self._selection[addr]
                 if idx is not None and not (len(idx) == act.shape[-1] and self._in_order[addr]):
                     act = act[..., idx.to(act.device)]  # every unit in order needs no copy
@@ -274,7 +274,10 @@ class Extractor:
                 )
         return out
 
-    def _symbols(self, addr: str, store: dict, records: list[Any], T: int) -> torch.Tensor:
+    def _symbols(
+        self, addr: str, store: dict, records: list[Any], mask: torch.Tensor
+    ) -> torch.Tensor:
+        T = mask.shape[1]
         raw = store.get(addr)
         if raw is None:
             raise LayerError(
@@ -286,7 +289,7 @@ class Extractor:
         else:
             t = raw
         if self.model.reads_layouts:
-            counts = [int(self.model.symbols(r)) for r in records]
+            counts = mask.sum(1).tolist()  # symbols per record: the mask already counted them
             return self.model.symbol_view(addr, t, records, T, counts)
         return _as_symbols(t, records, T, addr, self.model)
 
