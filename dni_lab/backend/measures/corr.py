@@ -53,13 +53,9 @@ class CorrState:
         return self.total.n
 
 
-def _run_records(g: int, T: int, rows: int) -> int:
-    """Records per run of the product: at most about ``rows`` symbols (at least one record).
-
-    A divisor of the group size ``g``, so that no run straddles two groups.
-    """
-    want = max(1, rows // max(T, 1))
-    return max(d for d in range(1, min(want, g) + 1) if g % d == 0)
+def _run_records(T: int, rows: int) -> int:
+    """Records per run of the product: at most about ``rows`` symbols (at least one record)."""
+    return max(1, rows // max(T, 1))
 
 
 def _runs(R: int, sub: int):
@@ -130,15 +126,8 @@ class Corr(Measure):
         # read blocks apart (cluster shards) merge to what one state reading them gives,
         # to float64 rounding (a running-mean shift made them differ by up to 1e-5).
         su, sh = block_mean(U, mask), block_mean(H.to(U.dtype), mask)
-        m = mask[..., None].to(U.dtype)
-        Ud = U - su.to(U.dtype)
-        if not bool(mask.all()):
-            Ud.mul_(m)
-        # The mask column makes the one product also return the units' sums.
-        Hd = torch.cat([(H.to(U.dtype) - sh.to(U.dtype)) * m, m], dim=2)
-        R, T = int(U.shape[0]), int(U.shape[1])
-        g = self.group_records
         slot, P, n_new = self._slots(state, mask)
+        R, T, nu, nh = int(U.shape[0]), int(U.shape[1]), int(U.shape[2]), int(H.shape[2])
         # The product runs over short runs of records whose float32 results add up in
         # float64: a float32 GEMM's error grows with the length it accumulates over. Over
         # a whole group (3,072 symbols) it put a rarely active unit's correlation 4.5e-7
@@ -147,30 +136,47 @@ class Corr(Measure):
         # as the hypotheses are many, so that its (U, H+1) result stays smaller than the
         # run's own (symbols, U) block: with many hypotheses, the float64 sums of short
         # runs' results cost more than the product.
-        sub = _run_records(g, T, max(64, 2 * int(Hd.shape[2])))
-        S = torch.zeros(P, U.shape[2], Hd.shape[2], dtype=_F64, device=U.device)
-        for lo, hi, n in _runs(R, sub):
-            Pr = torch.bmm(
-                Ud[lo:hi].reshape(n, -1, Ud.shape[2]).transpose(1, 2),
-                Hd[lo:hi].reshape(n, -1, Hd.shape[2]),
-            )  # (n, U, H+1): the one product, run by run (a run lies in one group)
-            S.index_add_(0, slot[lo:hi:sub], Pr.to(_F64))
-        Hd64 = Hd.to(_F64)
-        zero = torch.zeros(P, Hd.shape[2], dtype=_F64, device=U.device)
-        s_h_all = zero.index_add(0, slot, Hd64.sum(1))
-        q_h = zero[:, :-1].index_add(0, slot, Hd64[..., :-1].square().sum(1))
+        sub = _run_records(T, max(64, 2 * (nh + 1)))
+        dev, f32 = U.device, U.dtype
+        S = torch.zeros(P, nu, nh + 1, dtype=_F64, device=dev)
+        s_h_all = torch.zeros(P, nh + 1, dtype=_F64, device=dev)
+        q_h = torch.zeros(P, nh, dtype=_F64, device=dev)
+        q_u = torch.zeros(P, nu, dtype=_F64, device=dev)
+        su32, sh32 = su.to(f32), sh.to(f32)
+        # Slot by slot, its records gathered: a run of the product then reaches across the
+        # slot's groups (runs cut at every 4-record group edge made item 1 of
+        # benchmarks/run_benchmarks.py 3x slower), and the shifted copies stay slot-sized
+        # and in cache (block-sized ones cost more in fresh pages than the product).
+        order = torch.argsort(slot, stable=True)
+        start = 0
+        for j, c in enumerate(torch.bincount(slot, minlength=P).tolist()):
+            rows = order[start : start + c]
+            start += c
+            mj = mask.index_select(0, rows)
+            m = mj[..., None].to(f32)
+            Ud = U.index_select(0, rows).sub_(su32)
+            if not bool(mj.all()):
+                Ud.mul_(m)
+            # The mask column makes the one product also return the units' sums.
+            Hd = torch.cat([(H.index_select(0, rows).to(f32) - sh32) * m, m], dim=2)
+            for lo, hi, n in _runs(c, sub):
+                Pr = torch.bmm(
+                    Ud[lo:hi].reshape(n, -1, nu).transpose(1, 2),
+                    Hd[lo:hi].reshape(n, -1, nh + 1),
+                )  # (n, U, H+1): the one product, run by run
+                for r in range(n):  # added into float64 as they are, no float64 copy
+                    S[j].add_(Pr[r])
+            Hd64 = Hd.reshape(-1, nh + 1).to(_F64)
+            s_h_all[j] = Hd64.sum(0)
+            q_h[j] = Hd64[:, :-1].square_().sum(0)
+            # torch sums a dimension in cascade, so the float32 per-record sums lose
+            # nothing measurable; the float32 ``vector_norm`` this replaces cost up to 1e-6
+            # in the correlation of a rarely active unit.
+            q_u[j] = Ud.square_().sum(1).sum(0, dtype=_F64)
         cnt, s_h, s_u, S = s_h_all[:, -1], s_h_all[:, :-1], S[:, :, -1], S[:, :, :-1]
-        # Squared in place once the product has read it (no second block-sized tensor).
-        # torch sums a dimension in cascade, so the float32 per-record sums lose nothing
-        # measurable; the float32 ``vector_norm`` this replaces cost up to 1e-6 in the
-        # correlation of a rarely active unit, and took most of the update's time.
-        q_u = torch.zeros(P, U.shape[2], dtype=_F64, device=U.device)
-        q_u.index_add_(0, slot, Ud.square_().sum(1).to(_F64))
         if und is not None:
             x_groups = self._excluded_slots(U, und, mask, slot, P)
-        return self._fold_groups(
-            state, R, n_new, su, sh, cnt, s_u, s_h, q_u, q_h, S, x_groups
-        )
+        return self._fold_groups(state, R, n_new, su, sh, cnt, s_u, s_h, q_u, q_h, S, x_groups)
 
     def _slots(self, state: CorrState, mask: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         """Each record's bucket slot in this block, the slots used, and the groups dealt.
@@ -180,7 +186,9 @@ class Corr(Measure):
         are summed per bucket they land in (at most ``buckets`` slots, whatever the group
         size): Chan's union is exact, so folding a bucket's groups together or one by one
         gives the same moments, and the block's co-moments never exceed ``(buckets, U, H)``.
-        Slot ``j`` of the block is bucket ``(state.n_groups + j) % buckets``.
+        Slot ``j`` of the block is bucket ``(state.n_groups + j) % buckets``. A slot's
+        records depend on the block alone (``rank % buckets``), so states that read blocks
+        apart merge to what one state reading them gives.
         """
         R, g, K = int(mask.shape[0]), self.group_records, self.buckets
         grp = torch.arange(R, device=mask.device) // g
