@@ -1,4 +1,4 @@
-"""Activation patching on a planted circuit whose answer is known.
+"""Activation patching on a planted circuit whose answer is known (tests/planted_circuit.py).
 
 A GPT-2 of 16 heads per block (built from a config) gets one head planted in block 0:
 every query attends to the first token and the head copies that token's embedding into the
@@ -20,62 +20,13 @@ from dni_lab.backend.errors import DNIError, LayerError
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from hf_workload import WORDS  # noqa: E402
+from planted_circuit import CLEAN, CORRUPTED, DH, HEAD, HEADS, D, build_planted  # noqa: E402
 from tolerances import assert_close_f32  # noqa: E402
-
-from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
-
-HEAD, HEADS, D = 5, 16, 64
-DH = D // HEADS
-FIRST = ["select", "where", "insert", "values"]
-REST = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(2 + i % 4)) for i in range(8)]
-CLEAN = [f"{FIRST[i % 4]} {r}" for i, r in enumerate(REST)]
-CORRUPTED = [f"{FIRST[(i + 1) % 4]} {r}" for i, r in enumerate(REST)]
-
-
-def plant(module: torch.nn.Module) -> None:
-    """Head ``HEAD`` of block 0 attends to position 0 and copies its token's first dims."""
-    t = module.transformer
-    with torch.no_grad():
-        t.wte.weight.mul_(10)  # logits of a useful size through the tied unembedding
-        t.wte.weight[:, -1] = 0
-        t.wpe.weight[:, -1] = 0
-        t.wpe.weight[0, -1] = 1.0  # the first position's flag
-        attn = t.h[0].attn
-        q, k, v = (slice(p * D + HEAD * DH, p * D + (HEAD + 1) * DH) for p in range(3))
-        w, b = attn.c_attn.weight, attn.c_attn.bias
-        w[:, q] = 0
-        b[q] = 0
-        b[q.start] = 30.0  # a constant query ...
-        w[:, k] = 0
-        b[k] = 0
-        w[-1, k.start] = 30.0  # ... meets the flag's key: attention to position 0
-        w[:, v] = 0
-        b[v] = 0
-        w[torch.arange(DH), torch.arange(v.start, v.stop)] = 1.0  # value: the first DH dims
-        o = attn.c_proj.weight
-        o[HEAD * DH : (HEAD + 1) * DH] = 0
-        o[torch.arange(HEAD * DH, (HEAD + 1) * DH), torch.arange(DH)] = 40.0  # copied back
 
 
 @pytest.fixture(scope="module")
 def planted():
-    tok = bpe((CLEAN + CORRUPTED + REST) * 4, vocab_size=400)  # every first word: one token
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=len(tok), n_positions=32, n_embd=D, n_layer=2, n_head=HEADS,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    module = transformers.GPT2LMHeadModel(cfg).eval()
-    plant(module)
-    m = dl.Model.from_hf(module, tok, name="planted")
-    answers = [
-        (tok(a)["input_ids"][0], tok(b)["input_ids"][0])
-        for a, b in zip(CLEAN, CORRUPTED, strict=True)
-    ]
-    assert all(a != b for a, b in answers)
-    assert [m.symbols(r) for r in CLEAN] == [m.symbols(r) for r in CORRUPTED]
-    return module, tok, m, answers
+    return build_planted()
 
 
 def logit_diffs(module, tok, records, answers, patch=None) -> np.ndarray:
@@ -83,8 +34,11 @@ def logit_diffs(module, tok, records, answers, patch=None) -> np.ndarray:
     a pre-hook for the out projection of block 0 while record ``i`` runs."""
     out = []
     for i, rec in enumerate(records):
-        h = module.transformer.h[0].attn.c_proj.register_forward_pre_hook(patch(i)) if patch \
+        h = (
+            module.transformer.h[0].attn.c_proj.register_forward_pre_hook(patch(i))
+            if patch
             else None
+        )
         try:
             with torch.inference_mode():
                 logits = module(**tok(rec, return_tensors="pt")).logits[0, -1]
@@ -113,7 +67,8 @@ def test_the_planted_head_moves_the_logit_difference_and_random_heads_do_not(pla
     seen = {}
     for i, rec in enumerate(CLEAN):
         h = module.transformer.h[0].attn.c_proj.register_forward_pre_hook(
-            lambda _m, a, i=i: seen.__setitem__(i, a[0].clone()))
+            lambda _m, a, i=i: seen.__setitem__(i, a[0].clone())
+        )
         with torch.inference_mode():
             module(**tok(rec, return_tensors="pt"))
         h.remove()
@@ -124,6 +79,7 @@ def test_the_planted_head_moves_the_logit_difference_and_random_heads_do_not(pla
             x = a[0].clone()
             x[..., cols] = seen[i][..., cols]
             return (x,)
+
         return hook
 
     by_hand = logit_diffs(module, tok, CORRUPTED, answers, put).mean()

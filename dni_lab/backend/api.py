@@ -70,9 +70,11 @@ def inspect(
         Records per block.
     device : str
         ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
-    behavior : {"activation", "gradient"} or callable
+    behavior : {"activation", "gradient"}, callable or GradientOf
         What a unit does at a symbol; a callable maps activations ``(R, T, D)`` and
-        the records to a tensor of the same shape.
+        the records to a tensor of the same shape; ``dl.verify.GradientOf(metric)``: the
+        gradient of a metric of the output (a logit difference) with respect to each
+        unit, on any model, Hugging Face transformers included.
     cache : HypothesisCache, path, bool or None
         Hypothesis-behavior cache; None uses the process-wide default (memory and
         ``~/.cache/dni_lab``), False disables it.

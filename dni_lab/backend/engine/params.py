@@ -39,8 +39,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a device name ('cpu', 'cuda', 'auto')",
     ),
     "behavior": (
-        lambda v: isinstance(v, str) or callable(v),
-        "'activation', 'gradient' or a function",
+        lambda v: isinstance(v, str) or callable(v) or getattr(v, "metric_gradient", False),
+        "'activation', 'gradient', a function or dl.verify.GradientOf(metric)",
     ),
     "cache": (
         lambda v: v is None or isinstance(v, (bool, str, Path, HypothesisCache)),
@@ -156,7 +156,9 @@ class InspectParams:
         """
         out: dict[str, Any] = {name: getattr(self, name) for name in self.names()}
         out["device"] = str(self.device)
-        if not isinstance(self.behavior, str):
+        if getattr(self.behavior, "metric_gradient", False):
+            out["behavior"] = repr(self.behavior)  # gradient_of(name)
+        elif not isinstance(self.behavior, str):
             out["behavior"] = "function"
         if isinstance(self.cache, HypothesisCache):
             directory = getattr(self.cache, "directory", None)

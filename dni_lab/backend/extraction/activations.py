@@ -17,7 +17,7 @@ one block whatever the data's size.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,8 @@ class ActivationCache:
         ``(R,)`` int64: each record's symbol count; slots past it are padding (0).
     first : int
         The data position of record 0 (a streamed block's offset; 0 for a whole run).
+    metric : torch.Tensor or None
+        ``(R,)`` float64: the metric per record when gradients were asked (``grad=``).
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class ActivationCache:
         addresses: dict[str, str],
         units: dict[str, np.ndarray],
         first: int = 0,
+        metric: torch.Tensor | None = None,
     ) -> None:
         self._values = values
+        self.metric = metric
         self.lengths = lengths
         self.addresses = addresses
         self.units = units
@@ -148,6 +152,7 @@ def activations(
     forward_batch: int | None = None,
     device: str | torch.device = "auto",
     stream: bool = False,
+    grad: Callable[[list[Any], torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> ActivationCache | Iterator[ActivationCache]:
     """Read the activations at ``names`` over ``data``: an :class:`ActivationCache`.
 
@@ -177,6 +182,15 @@ def activations(
         starts in the data) instead of one cache over all the data: memory stays
         bounded by a block. The model is held on ``device`` in eval mode only while a
         block runs; between blocks it is as the caller left it.
+    grad : callable, optional
+        ``grad(records, output, index) -> (R,)``, a metric of the model's output (such
+        as ``dl.verify.logit_difference(model, answers)``; ``index``: the records'
+        positions in the data). The cache then also holds, for each name,
+        ``"{name}_grad"`` (TransformerLens's key): the gradient of the metric's sum with
+        respect to the name's units at each symbol, and ``cache.metric``. A block then
+        runs the whole model forward and backward once more per address (``forward_batch``
+        does not cut those passes); the parameters' ``.grad`` are left untouched. Feature sets and
+        units read from part of a module's output take no gradient.
 
     Returns
     -------
@@ -205,31 +219,32 @@ def activations(
     dev = resolve_device(device)
     blocks = _blocks(data, block_size)
     if stream:
-        return _stream(model, blocks, names, dev, forward_batch)
+        return _stream(model, blocks, names, dev, forward_batch, grad)
     with on_device(model, dev):
-        parts = list(_run(model, blocks, names, dev, forward_batch))
+        parts = list(_run(model, blocks, names, dev, forward_batch, grad))
     if not parts:
         raise DNIError("data holds no records; pass at least one record.")
     head = parts[0]
-    values = {n: [t for p in parts for t in p._values[n]] for n in head.names}
+    values = {n: [t for p in parts for t in p._values[n]] for n in head._values}
     lengths = torch.cat([p.lengths for p in parts])
-    return ActivationCache(values, lengths, head.addresses, head.units)
+    metric = None if grad is None else torch.cat([p.metric for p in parts])
+    return ActivationCache(values, lengths, head.addresses, head.units, metric=metric)
 
 
-def _stream(model, blocks, names, dev, forward_batch) -> Iterator[ActivationCache]:
+def _stream(model, blocks, names, dev, forward_batch, grad) -> Iterator[ActivationCache]:
     """One cache per block; the model on ``dev`` in eval mode only while a block runs."""
     plan = None
     for first, recs in blocks:
         with on_device(model, dev):
-            plan = plan or _plan(model, names, recs, dev, forward_batch)
+            plan = plan or _plan(model, names, recs, dev, forward_batch, grad)
             cache = _block(model, plan, first, recs, dev)
         yield cache
 
 
-def _run(model, blocks, names, dev, forward_batch) -> Iterator[ActivationCache]:
+def _run(model, blocks, names, dev, forward_batch, grad) -> Iterator[ActivationCache]:
     plan = None
     for first, recs in blocks:
-        plan = plan or _plan(model, names, recs, dev, forward_batch)
+        plan = plan or _plan(model, names, recs, dev, forward_batch, grad)
         yield _block(model, plan, first, recs, dev)
 
 
@@ -247,7 +262,7 @@ def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
         first += len(recs)
 
 
-def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_batch):
+def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_batch, grad):
     """Names → addresses and unit indices, and the Extractor reading their union."""
     from ..engine.resolve import is_feature_set, resolve_units
 
@@ -270,19 +285,44 @@ def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_b
         cols[key] = torch.as_tensor(g.cols - start)
     ex = Extractor(model, mu.layer_units, "activation", dev, mu.features,
                    forward_batch=forward_batch)  # fmt: skip
+    if grad is not None:
+        from ..verify.gradients import MetricGradients
+
+        sets = [n for n, _ in pairs if is_feature_set(n)]
+        if sets:
+            raise LayerError(
+                f"no gradients through feature set {sets[0].address!r}: its latents are "
+                "read, never written back; ask for the gradient at its hook instead."
+            )
+        ex = MetricGradients(model, sorted(set(addresses.values())), grad, dev)
     return ex, addresses, units, cols
 
 
 def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCache:
     ex, addresses, units, cols = plan
-    mask = symbol_mask(model, recs, dev)
-    # the memo is skipped: a cache's tensors are the caller's, to keep or change
-    out = ex._batched(recs, mask, first)
-    values = {}
+    metric, grads = None, {}
+    if isinstance(ex, Extractor):
+        mask = symbol_mask(model, recs, dev)
+        # the memo is skipped: a cache's tensors are the caller's, to keep or change
+        out = ex._batched(recs, mask, first)
+    else:  # MetricGradients: the values and the metric's gradient in one pass
+        out, grads, mask, metric = ex(recs, first)
+    values, grad_names = {}, {}
     for name, addr in addresses.items():
-        t = out[addr]
-        c = cols[name]
-        whole = len(c) == t.shape[-1] and bool((c == torch.arange(len(c))).all())
-        values[name] = [(t if whole else t[..., c.to(t.device)]).cpu()]
+        # MetricGradients reads every unit of an address: columns are then unit indices
+        c = torch.as_tensor(units[name]) if grads else cols[name]
+        values[name] = [_columns(out[addr], c)]
+        if grads:
+            values[f"{name}_grad"] = [_columns(grads[addr], c)]
+            grad_names[f"{name}_grad"] = addr
     lengths = mask.sum(1).cpu().to(torch.int64)
-    return ActivationCache(values, lengths, addresses, units, first)
+    units = {**units, **{g: units[g[: -len("_grad")]] for g in grad_names}}
+    cache = ActivationCache(values, lengths, {**addresses, **grad_names}, units, first,
+                            None if metric is None else metric.cpu())  # fmt: skip
+    return cache
+
+
+def _columns(t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Columns ``c`` of ``t`` on the CPU (``t`` itself when ``c`` is every column)."""
+    whole = len(c) == t.shape[-1] and bool((c == torch.arange(len(c))).all())
+    return (t if whole else t[..., c.to(t.device)]).cpu()

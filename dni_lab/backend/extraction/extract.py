@@ -167,7 +167,17 @@ class Extractor:
             if sparse and behavior == "activation" and getattr(fs, "sparse", False)
             and _all_units(layer_units[a], fs.d_sae)
         }
-        if not (behavior in ("activation", "gradient") or callable(behavior)):
+        self._gradients = None  # a GradientOf behavior's MetricGradients, made once
+        if getattr(behavior, "metric_gradient", False) and self.features:
+            raise LayerError(
+                f"no gradients through feature sets ({sorted(self.features)}): latents are "
+                "read, never written back; take the gradient at their hook instead."
+            )
+        if not (
+            behavior in ("activation", "gradient")
+            or callable(behavior)
+            or getattr(behavior, "metric_gradient", False)
+        ):
             raise BehaviorError(
                 f"unknown behavior {behavior!r}; use 'activation', 'gradient' or a function "
                 "(activations (R, T, D), records) -> tensor of the same shape."
@@ -236,6 +246,8 @@ class Extractor:
             # layouts come from the probe pass (data flow through every module): run it
             # once, before this block's hooks go on
             self.model.layer_widths(records[:2], self.device)
+        if getattr(self.behavior, "metric_gradient", False):
+            return self._metric_gradients(records, mask, first, rows)
         grad = self.behavior == "gradient"
         ctx = torch.enable_grad() if grad else torch.inference_mode()
         with ctx:
@@ -272,6 +284,23 @@ class Extractor:
                 out[addr] = _check_finite(
                     act.detach().float(), self.model, addr, mask, first, rows
                 )
+        return out
+
+    def _metric_gradients(self, records, mask, first, rows) -> dict[str, torch.Tensor]:
+        """A :class:`~dni_lab.verify.GradientOf` behavior: the metric's gradient per unit."""
+        if self._gradients is None:
+            from ..verify.gradients import MetricGradients
+
+            self._gradients = MetricGradients(
+                self.model, list(self.layer_units), self.behavior.metric, self.device
+            )
+        _values, grads, _mask, _metric = self._gradients(records, first)
+        out = {}
+        for addr, g in grads.items():
+            idx = self._selection[addr]
+            if idx is not None:
+                g = g[..., idx.to(g.device)]
+            out[addr] = _check_finite(g.float(), self.model, addr, mask, first, rows)
         return out
 
     def _symbols(

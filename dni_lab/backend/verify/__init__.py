@@ -10,18 +10,21 @@ under test with random unit sets of the same size, or the scores with a null:
   hypothesis pattern, and measure task accuracy (DNI workshop paper §5.2);
 * :func:`patching` — write a unit set's (or heads') values from clean records into
   corrupted ones and measure a metric (a logit difference), against random sets;
+* :func:`attribution_patching` — every unit's (head's) patching effect at once, from
+  the gradient of the metric (:class:`MetricGradients`), optionally against exact patching;
 * :func:`generative` — force units while sampling and count how often the
   hypothesis fires in the output (Luigi, DNI paper);
 * :func:`permutation_test`, :func:`bh_qvalues`, :func:`with_qvalues`,
   :func:`untrained_baseline`, :func:`selectivity` — significance and controls.
 
 The checks live in this package's modules (perturb, ablate, force, generate,
-patching, controls, stats, rules, common); this module is their public face.
+patching, attribution, gradients, controls, stats, rules, common); this module is their public face.
 """
 
 from __future__ import annotations
 
 from .ablate import ablation, next_symbol_accuracy, oracle
+from .attribution import attribution_patching
 from .common import RandomSetOptions, Verification, random_unit_sets
 from .controls import (
     ControlTask,
@@ -32,6 +35,7 @@ from .controls import (
 )
 from .force import force_units
 from .generate import generative
+from .gradients import GradientOf, MetricGradients
 from .patching import logit_difference, patching
 from .perturb import perturbation, silhouette_score
 from .rules import (
@@ -50,11 +54,14 @@ __all__ = [
     "CHAR_CLASSES",
     "WORD_CLASSES",
     "ControlTask",
+    "GradientOf",
+    "MetricGradients",
     "RandomSetOptions",
     "RecordRules",
     "SwapRules",
     "Verification",
     "ablation",
+    "attribution_patching",
     "bh_qvalues",
     "candidates",
     "char_classes",
