@@ -109,13 +109,18 @@ def attribution_patching(
         base = {"clean": run.score(clean), "corrupted": run.score(corrupted)}
         src_m = base["clean" if direction == "denoise" else "corrupted"]
         tgt_m = tgt_sum / n
+        if src_m == tgt_m:
+            raise DNIError(
+                f"the metric is {src_m} on clean and corrupted records alike: nothing to "
+                "attribute. Check the pairs and the answers."
+            )
         attribution = (total / n).view(-1, size).sum(1).numpy()
         span = src_m - tgt_m
         key = "unit" if per == "unit" else "head"
         frame = pl.DataFrame({
             key: np.arange(len(attribution)),
             "attribution": attribution,
-            "recovered_est": attribution / span if span else np.full(len(attribution), np.nan),
+            "recovered_est": attribution / span,
         })  # fmt: skip
         summary: dict[str, Any] = {"layer": addr, "per": per, "direction": direction, **base}
         if exact:
@@ -125,7 +130,7 @@ def attribution_patching(
             ])  # fmt: skip
             frame = frame.with_columns(
                 pl.Series("exact", effect),
-                pl.Series("recovered", effect / span if span else np.full(len(effect), np.nan)),
+                pl.Series("recovered", effect / span),
             )
             rho = spearmanr(attribution, effect).statistic
             summary["spearman"] = float(rho)
