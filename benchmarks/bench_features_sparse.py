@@ -14,7 +14,10 @@ and most rarely; a few track a hypothesis) are folded into one state per path:
   set's latents go through; densifying is *not* counted, so the ratio is conservative);
 * sparse: ``measure.update_sparse`` on the block's ``(R, T, k)`` values and indices.
 
-It prints the median time per block of each path, their ratio (target ≥ 5x), the
+One block goes through both paths untimed first (a warm-up: allocator, kernels), then
+``--blocks`` (at least 5) are timed; torch runs on ``--threads`` threads (1 by default,
+stated in the output and the results). It prints the median time per block of each path
+(and the fastest and slowest), their ratio (target ≥ 5x), the
 largest difference between the two paths' final scores (target ≤ 1e-6), and each
 path's largest difference from an exact float64 dense pass. All three differences are
 taken over the same pairs: every (latent, hypothesis) pair that both paths and the
@@ -100,8 +103,11 @@ def exact_scores(name: str, data, d_sae: int) -> np.ndarray:
     return out
 
 
-def run(measure, data, d_sae: int, info) -> dict:
+def run(measure, data, d_sae: int, info, warmup) -> dict:
     dense_s, sparse_s = [], []
+    Z, H, mask = warmup  # untimed, into states thrown away
+    measure.update(measure.start(d_sae, N_HYPS, info=info), Z.masked(mask).dense(), H, mask)
+    measure.update_sparse(measure.start(d_sae, N_HYPS, info=info), Z, H, mask)
     a = measure.start(d_sae, N_HYPS, info=info)
     b = measure.start(d_sae, N_HYPS, info=info)
     for Z, H, mask in data:
@@ -126,6 +132,8 @@ def run(measure, data, d_sae: int, info) -> dict:
         "dense_s": statistics.median(dense_s),
         "sparse_s": statistics.median(sparse_s),
         "ratio": statistics.median(dense_s) / statistics.median(sparse_s),
+        "dense_min_max_s": [min(dense_s), max(dense_s)],
+        "sparse_min_max_s": [min(sparse_s), max(sparse_s)],
         "max_score_diff": most(ra.unit_score, rb.unit_score),
         "scored_pairs": int(pairs.sum()),
         "sparse_vs_float64": most(ra.unit_score, exact),
@@ -141,25 +149,30 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--records", type=int, default=64, help="records per block")
     ap.add_argument("--symbols", type=int, default=48, help="longest record")
-    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--blocks", type=int, default=6, help="timed blocks (at least 5)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if not args.quick and args.blocks < 5:
+        ap.error("--blocks must be at least 5: a median of fewer timings is not a measurement")
+    torch.set_num_threads(args.threads)
     d_sae, n = (2048, 2) if args.quick else (args.d_sae, args.blocks)
     torch.manual_seed(0)
-    data = blocks(n, args.records, args.symbols, d_sae, args.k)
+    warmup, *data = blocks(n + 1, args.records, args.symbols, d_sae, args.k)
     info = [HypothesisInfo(f"b{i}", "binary") for i in range(N_HYPS // 2)]
     info += [HypothesisInfo(f"c{i}", "continuous") for i in range(N_HYPS // 2)]
     payload = {
         "d_sae": d_sae, "k": args.k, "records_per_block": args.records,
         "symbols_per_record_max": args.symbols, "blocks": n, "hypotheses": N_HYPS,
-        "target_ratio": 5.0, "target_max_diff": 1e-6,
+        "target_ratio": 5.0, "target_max_diff": 1e-6, "threads": args.threads,
+        "warmup_blocks": 1,
     }  # fmt: skip
     print(f"d_sae={d_sae:,}, k={args.k}, {n} blocks of {args.records} records × ≤{args.symbols} "
           f"symbols, {N_HYPS} hypotheses (torch threads: {torch.get_num_threads()})")  # fmt: skip
     print(f"{'measure':<12}{'dense s/block':>15}{'sparse s/block':>16}{'ratio':>8}{'max |Δ|':>11}"
           f"{'sparse-f64':>12}{'dense-f64':>11}")  # fmt: skip
     for name, measure in [("corr", Corr()), ("diffmeans", DiffMeans())]:
-        r = run(measure, data, d_sae, info)
+        r = run(measure, data, d_sae, info, warmup)
         payload[name] = r
         print(f"{name:<12}{r['dense_s']:>15.4f}{r['sparse_s']:>16.4f}{r['ratio']:>7.1f}x"
               f"{r['max_score_diff']:>11.1e}{r['sparse_vs_float64']:>12.1e}"

@@ -19,15 +19,33 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's processor string.
+
+    Ratios against a GEMM or a peer move with the CPU (AVX-512 or not, cache sizes), so
+    every results file names it.
+    """
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def environment() -> dict[str, Any]:
-    """Where and when a benchmark ran: date, commit, cores, threads, load average.
+    """Where and when a benchmark ran: date, commit, CPU, cores, threads, load average.
 
     Returns
     -------
     dict
         ``date`` (UTC, ISO 8601), ``commit`` (the repository's HEAD, or None outside
         git), ``cores``, ``torch_threads`` (None if torch is not imported) and
-        ``load_average`` (1, 5 and 15 minutes) at the time of the call.
+        ``load_average`` (1, 5 and 15 minutes) at the time of the call, ``cpu`` (its
+        model name).
     """
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
@@ -38,6 +56,7 @@ def environment() -> dict[str, Any]:
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": commit,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "load_average": list(os.getloadavg()),

@@ -50,6 +50,7 @@ import torch  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
 from benchmarks import pg_baseline as pgb  # noqa: E402
+from benchmarks.results_io import cpu_model  # noqa: E402
 from benchmarks.workload import Workload, build_workload  # noqa: E402
 from dni_lab.backend.engine.resolve import as_families  # noqa: E402
 from dni_lab.backend.hypothesis.hypotheses import hypothesis_block  # noqa: E402
@@ -622,16 +623,8 @@ def render(rows: list[dict[str, str]]) -> str:
 
 
 def environment() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
