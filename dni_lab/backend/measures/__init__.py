@@ -24,6 +24,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "diffmeans": ("diffmeans", "DiffMeans"),
     "iou": ("iou", "IoU"),
     "local_iou": ("iou", "LocalIoU"),
+    "auroc": ("auroc", "AUROC"),
+    "prf1": ("prf1", "PRF1"),
 }
 
 

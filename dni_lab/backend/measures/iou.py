@@ -59,6 +59,20 @@ def quantile_rows(X: torch.Tensor, q: float) -> torch.Tensor:
     return lo + (pos - k) * (hi - lo)
 
 
+def top_threshold(X: torch.Tensor, q: float) -> torch.Tensor:
+    """Per column of ``X`` (N, D): its ``q`` quantile, lowered where no value exceeds it.
+
+    A unit whose top values tie (a latent at exactly 1.0 on 99 of 412 symbols, 0 elsewhere)
+    has its quantile *at* its maximum, and ``u > threshold`` would never hold. There the
+    threshold drops to the largest value below the maximum, so the unit is on at its
+    maximum. A column with one value keeps its quantile: it is constant, and never on.
+    """
+    t = quantile_rows(X, q)
+    below = torch.where(X < t, X, -torch.inf).amax(0)  # -inf where nothing is below
+    stuck = ~(X > t).any(0) & torch.isfinite(below)
+    return torch.where(stuck, below, t)
+
+
 @dataclass
 class IoUState:
     """Global threshold per unit and counts of on-symbols and their intersections."""
@@ -81,7 +95,8 @@ class IoU(SymbolMeasure):
     ----------
     quantile : float
         A unit is on where its value exceeds this quantile of its activations
-        over the first block the state reads.
+        over the first block the state reads; where its top values tie, so that none
+        exceeds the quantile, where it is at its maximum (:func:`top_threshold`).
     """
 
     name = "iou"
@@ -103,7 +118,7 @@ class IoU(SymbolMeasure):
     def fold(self, state: IoUState, Uf: torch.Tensor, Hf: torch.Tensor) -> IoUState:
         dev = state.inter.device
         if state.threshold is None:
-            state.threshold = quantile_rows(Uf, self.quantile).to(dev)
+            state.threshold = top_threshold(Uf, self.quantile).to(dev)
         A = (Uf > state.threshold.to(Uf.device)).float()
         B = (Hf > 0.5).float()  # an undefined (NaN) value is outside the mask
         state.inter += (A.T @ B).to(F64).to(dev)  # counts < 2**24 per block are exact in float32
@@ -141,7 +156,8 @@ class IoU(SymbolMeasure):
         set_reason(
             reason,
             (a == 0)[:, None],
-            "unit never exceeds its top-quantile threshold (constant unit?)",
+            "unit never exceeds its top-quantile threshold (it was constant over the first "
+            "block read, which fixes the threshold)",
         )
         a_pair = state.a[:, None] if state.a_undef is None else state.a[:, None] - state.a_undef
         union = a_pair + state.b[None, :] - state.inter
