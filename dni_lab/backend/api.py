@@ -54,7 +54,9 @@ def inspect(
         live, read block by block (on a cluster, each worker reads its own blocks): a
         Parquet file, an Arrow IPC file (``.arrow``/``.feather``/``.ipc``), a text file
         (one record per line), a directory of them, or a ``ray.data.Dataset``; tables
-        (Polars, pyarrow, pandas) work too. See ``docs/ray.md``, "Data sources".
+        (Polars, pyarrow, pandas) work too. A path may be local or a URI of a
+        ``pyarrow.fs`` or fsspec filesystem (``file://``, ``s3://``, ``gs://``,
+        ``memory://``, ...). See ``docs/ray.md``, "Data sources".
     units : list, optional
         ``[(layer, "*" | [indices]), ...]``; a layer is an address (see
         ``Model.addresses``) or a 0-based position among layers with parameters.

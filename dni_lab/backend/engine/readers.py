@@ -5,6 +5,8 @@ hi)``: rows ``lo:hi`` of one segment of a file or a Dataset. This module finds a
 file's segments (a Parquet row group, an Arrow IPC record batch, a run of
 ``TEXT_LINES`` lines found by scanning for line ends) and reads one segment, keeping
 the last ones read for the next part (:func:`segment`); sources.py cuts the parts.
+A file's ``where`` is a local path or a URI; filesystems.py opens it, on any
+``pyarrow.fs`` filesystem, for random access or as a stream.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from ..errors import DNIError
+from . import filesystems as fsys
 
 #: Lines per segment of a text file: a part reads whole segments and slices them.
 TEXT_LINES = 256
@@ -23,48 +25,52 @@ _CHUNK = 1 << 20  # bytes scanned at a time for line ends
 ARROW = (".arrow", ".feather", ".ipc")
 
 
-def file_kind(path: Path) -> str:
+def file_kind(where: str) -> str:
     """``"parquet"``, ``"arrow"`` (an IPC file) or ``"text"``, by the file's suffix."""
-    suffix = path.suffix.lower()
+    suffix = os.path.splitext(where)[1].lower()
     return "parquet" if suffix == ".parquet" else "arrow" if suffix in ARROW else "text"
 
 
-def schema(path: Path) -> list[str]:
-    """The column names of a Parquet or Arrow IPC file."""
-    if file_kind(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.ParquetFile(path).schema_arrow.names)
-    return list(_ipc(path).schema.names)
+def schema(where: str) -> list[str]:
+    """The column names of a Parquet or Arrow IPC file (read from its footer)."""
+    if file_kind(where) == "parquet":
+        return list(_parquet(where).schema_arrow.names)
+    return list(_ipc(where).schema.names)
 
 
-def _ipc(path: Path) -> Any:
+def _parquet(where: str) -> Any:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(fsys.open_random(where))  # reads the footer, then what is asked
+
+
+def _ipc(where: str) -> Any:
     import pyarrow as pa
 
     try:
-        return pa.ipc.open_file(pa.memory_map(str(path)))
+        return pa.ipc.open_file(fsys.open_random(where))
     except pa.ArrowInvalid as exc:
         raise DNIError(
-            f"data file {str(path)!r} is not an Arrow IPC file ({exc}); write it "
+            f"data file {where!r} is not an Arrow IPC file ({exc}); write it "
             "with pyarrow.ipc.new_file (or name a text file .txt)."
         ) from None
 
 
-def table_segments(path: Path) -> Iterator[tuple[int, str, str, int]]:
+def table_segments(where: str) -> Iterator[tuple[int, str, str, int]]:
     """A table file's segments as ``(rows, kind, where, segment)``: row groups, batches."""
-    if file_kind(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        meta = pq.ParquetFile(path).metadata
+    if file_kind(where) == "parquet":
+        meta = _parquet(where).metadata
         for g in range(meta.num_row_groups):
-            yield meta.row_group(g).num_rows, "parquet", str(path), g
+            yield meta.row_group(g).num_rows, "parquet", where, g
     else:
-        reader = _ipc(path)  # memory-mapped: a batch's length costs no read of its data
+        # a local file is memory-mapped: a batch's length costs no read of its data; a
+        # remote one is read a batch at a time to learn them
+        reader = _ipc(where)
         for b in range(reader.num_record_batches):
-            yield reader.get_batch(b).num_rows, "arrow", str(path), b
+            yield reader.get_batch(b).num_rows, "arrow", where, b
 
 
-def file_segments(files: list[Path]) -> Iterator[tuple[int, str, Any, Any]]:
+def file_segments(files: list[str]) -> Iterator[tuple[int, str, Any, Any]]:
     """The segments of ``files``, in order, whatever their kinds."""
     for p in files:
         if file_kind(p) == "text":
@@ -73,25 +79,28 @@ def file_segments(files: list[Path]) -> Iterator[tuple[int, str, Any, Any]]:
             yield from table_segments(p)
 
 
-def _text_segments(path: Path) -> Iterator[tuple[int, str, str, tuple[int, int]]]:
+def _text_segments(where: str) -> Iterator[tuple[int, str, str, tuple[int, int]]]:
     """Runs of ``TEXT_LINES`` lines as byte ranges, found by scanning for line ends."""
     start = pos = lines = 0
-    with open(path, "rb") as f:
+    with fsys.open_stream(where) as f:
         while chunk := f.read(_CHUNK):
             at = 0
             while (nl := chunk.find(b"\n", at)) >= 0:
                 at = nl + 1
                 lines += 1
                 if lines == TEXT_LINES:
-                    yield lines, "text", str(path), (start, pos + at)
+                    yield lines, "text", where, (start, pos + at)
                     start, lines = pos + at, 0
             pos += len(chunk)
     if pos > start:  # the rest; a last line without its newline counts too
-        with open(path, "rb") as f:
-            f.seek(start)
-            tail = f.read()
+        tail = _read_range(where, start, pos)
         n = tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
-        yield n, "text", str(path), (start, pos)
+        yield n, "text", where, (start, pos)
+
+
+def _read_range(where: str, lo: int, hi: int) -> bytes:
+    with fsys.open_random(where) as f:
+        return f.read_at(hi - lo, lo)
 
 
 @functools.lru_cache(maxsize=2)
@@ -103,30 +112,22 @@ def segment(kind: str, where: Any, seg: Any, column: str | None, stamp: Any) -> 
 
 def stamp(kind: str, where: Any) -> Any:
     """A file's size and time of change: a rewritten file is read again, not from the cache."""
-    if kind == "ray":
-        return None
-    st = os.stat(where)
-    return (st.st_size, st.st_mtime_ns)
+    return None if kind == "ray" else fsys.stamp(where)
 
 
 def _read_text(where: str, seg: tuple[int, int], column: str | None) -> list[str]:
-    with open(where, "rb") as f:
-        f.seek(seg[0])
-        data = f.read(seg[1] - seg[0])
-    lines = data.decode("utf-8").split("\n")
+    lines = _read_range(where, *seg).decode("utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _read_parquet(where: str, seg: int, column: str | None) -> Any:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(where).read_row_group(seg, columns=[column]).column(0)
+    return _parquet(where).read_row_group(seg, columns=[column]).column(0)
 
 
 def _read_arrow(where: str, seg: int, column: str | None) -> Any:
-    return _ipc(Path(where)).get_batch(seg).column(column)
+    return _ipc(where).get_batch(seg).column(column)
 
 
 # -- a Ray Dataset -------------------------------------------------------------

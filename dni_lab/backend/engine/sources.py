@@ -12,8 +12,10 @@ parts, so they read the same blocks: the same frame and the same ``data_sha256``
 (see :func:`~.resolve.as_records`), a path to a Parquet file (``.parquet``), an Arrow
 IPC file (``.arrow``, ``.feather``, ``.ipc``), a text file (one record per line,
 anything else) or a directory of them (its files in name order), or a
-``ray.data.Dataset``. ``column=`` names the column that holds the records; a table of
-one column needs none. readers.py finds a file's segments and reads them.
+``ray.data.Dataset``. A path may be local or a URI of any ``pyarrow.fs`` filesystem
+(``file://``, ``s3://``, ``gs://``, an fsspec one such as ``memory://``; see
+filesystems.py). ``column=`` names the column that holds the records; a table of one
+column needs none. readers.py finds a file's segments and reads them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DNIError
+from .filesystems import list_files, locate, uri_scheme
 from .readers import (
     ARROW,
     file_kind,
@@ -137,7 +140,7 @@ def as_source(data: Any, column: str | None = None) -> Source:
     if isinstance(data, Source):
         return data
     if isinstance(data, (str, os.PathLike)) and _looks_like_path(data):
-        return _file_source(Path(data), column)
+        return _file_source(locate(data), column)
     if is_ray_dataset(data):
         return _dataset_source(data, column)
     if column is not None:
@@ -153,11 +156,14 @@ def as_source(data: Any, column: str | None = None) -> Source:
 def _looks_like_path(data: Any) -> bool:
     if isinstance(data, os.PathLike):
         return True
-    # a string is a path when it names one, or when it ends in a data file's suffix (a
-    # missing file then gets the error it needs, not a run over its characters)
+    # a string is a path when it is a URI, names a file, or ends in a data file's suffix (a
+    # missing file or an unknown scheme then gets the error it needs, not a run over its
+    # characters)
     text = str(data)
     if "\n" in text or len(text) > 4096:
         return False
+    if uri_scheme(text) is not None:
+        return True
     return Path(text).exists() or Path(text).suffix.lower() in {".parquet", ".txt", *ARROW}
 
 
@@ -210,30 +216,25 @@ def choose_column(names: list[str], column: str | None, what: str) -> str:
 
 
 # -- files ---------------------------------------------------------------------
-def _file_source(path: Path, column: str | None) -> Source:
-    if not path.exists():
-        raise DNIError(f"data={str(path)!r}: no such file or directory; pass an existing "
-                       "Parquet, Arrow IPC or text file, or a directory of them.")  # fmt: skip
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
-                   ) if path.is_dir() else [path]  # fmt: skip
-    if not files:
-        raise DNIError(f"data={str(path)!r} is a directory with no files.")
-    kinds = {file_kind(p) for p in files}
+def _file_source(where: str, column: str | None) -> Source:
+    """A file's or directory's segments; only footers are read here (and, for an Arrow
+    IPC file not on the local disk, each batch's length)."""
+    files = list_files(where)
+    kinds = {file_kind(f) for f in files}
     if "text" in kinds and column is not None:
-        raise DNIError(f"column={column!r}: {str(path)!r} holds text files (one record per "
+        raise DNIError(f"column={column!r}: {where!r} holds text files (one record per "
                        "line), which have no columns; leave column= out.")  # fmt: skip
     total: int | None = 0
     chosen: str | None = None
-    for p in files:
-        if file_kind(p) == "text":
+    for f in files:
+        if file_kind(f) == "text":
             total = None
             continue
-        names = schema(p)
-        chosen = choose_column(names, column, f"data file {p.name!r}")
+        names = schema(f)
+        chosen = choose_column(names, column, f"data file {os.path.basename(f)!r}")
         if total is not None:
-            total += sum(n for n, *_ in table_segments(p))
-    resolved = [p.resolve() for p in files]
-    return Source(segments=functools.partial(file_segments, resolved), total=total,
+            total += sum(n for n, *_ in table_segments(f))
+    return Source(segments=functools.partial(file_segments, files), total=total,
                   column=chosen)  # fmt: skip
 
 
@@ -249,5 +250,3 @@ def _dataset_source(ds: Any, column: str | None) -> Source:
                  column=chosen)  # fmt: skip
     src._dataset = done  # type: ignore[attr-defined]  # keeps the blocks alive for the run
     return src
-
-
