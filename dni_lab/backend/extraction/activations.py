@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import DNIError, LayerError
-from .extract import Extractor, on_device, resolve_device, symbol_mask
+from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
 
 #: a name and its unit selection: ``"blocks.3.hook_resid_post"`` or ``(name, [0, 5])``
@@ -286,15 +286,13 @@ def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_b
     ex = Extractor(model, mu.layer_units, "activation", dev, mu.features,
                    forward_batch=forward_batch)  # fmt: skip
     if grad is not None:
-        from ..verify.gradients import MetricGradients
-
         sets = [n for n, _ in pairs if is_feature_set(n)]
         if sets:
             raise LayerError(
                 f"no gradients through feature set {sets[0].address!r}: its latents are "
                 "read, never written back; ask for the gradient at its hook instead."
             )
-        ex = MetricGradients(model, sorted(set(addresses.values())), grad, dev)
+        ex = metric_gradients(model, sorted(set(addresses.values())), grad, dev)
     return ex, addresses, units, cols
 
 

@@ -106,6 +106,28 @@ class Padding:
         return 1 - self.real / self.slots if self.slots else 0.0
 
 
+
+#: Makes ``MetricGradients(model, addresses, metric, device)``; verify/gradients.py
+#: registers it on import (verification builds on extraction, never the reverse).
+_METRIC_GRADIENTS: Callable[..., Any] | None = None
+
+
+def register_metric_gradients(factory: Callable[..., Any]) -> None:
+    """Set the maker of metric gradients (:class:`dni_lab.verify.MetricGradients`)."""
+    global _METRIC_GRADIENTS
+    _METRIC_GRADIENTS = factory
+
+
+def metric_gradients(model: Model, addrs: list[str], metric: Any, device) -> Any:
+    """A ``MetricGradients`` reader of ``addrs`` (``dni_lab.verify`` must be imported)."""
+    if _METRIC_GRADIENTS is None:
+        import importlib
+
+        importlib.import_module("dni_lab")  # registers verify's MetricGradients
+    assert _METRIC_GRADIENTS is not None
+    return _METRIC_GRADIENTS(model, addrs, metric, device)
+
+
 class Extractor:
     """Extract behaviors of one model, block after block.
 
@@ -289,9 +311,7 @@ class Extractor:
     def _metric_gradients(self, records, mask, first, rows) -> dict[str, torch.Tensor]:
         """A :class:`~dni_lab.verify.GradientOf` behavior: the metric's gradient per unit."""
         if self._gradients is None:
-            from ..verify.gradients import MetricGradients
-
-            self._gradients = MetricGradients(
+            self._gradients = metric_gradients(
                 self.model, list(self.layer_units), self.behavior.metric, self.device
             )
         _values, grads, _mask, _metric = self._gradients(records, first)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import DNIError, LayerError
-from ..extraction.extract import Extractor, symbol_mask
+from ..extraction.extract import Extractor, register_metric_gradients, symbol_mask
 from ..extraction.models import Model
 from .common import forward_output
 from .force import force_units
@@ -123,3 +123,6 @@ class MetricGradients:
             # no gradient: the metric is read before the layer runs
             out_grads[a] = torch.zeros_like(v) if g is None else (g * mask[..., None]).detach()
         return values, out_grads, mask, vals.detach().to(torch.float64)
+
+
+register_metric_gradients(MetricGradients)
