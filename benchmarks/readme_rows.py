@@ -118,6 +118,16 @@ def _early_full(r: dict) -> tuple[str, str, str]:
             f"{pct(es['share_within_eps_of_full'])} within eps")  # fmt: skip
 
 
+def _scale(r: dict) -> tuple[str, str, str]:
+    e, ref = r["early"], r["reference"]
+    m = r["model"]
+    return (f"{e['records_read']:,} of {r['records']:,} records ({e['tokens_read']:,} of "
+            f"{r['tokens']:,} tokens), {secs(e['seconds'])}, peak RSS {e['peak_rss_mb']:,.0f} MB "
+            f"({m['n_layer']} × {m['n_embd']}, {r['units']} units × {len(r['hypotheses'])} "
+            f"hypotheses)", f"full read of {ref['tokens']:,} tokens, {secs(ref['seconds'])}",
+            f"{pct(r['within_eps'])} within eps {r['eps']:g} of it")  # fmt: skip
+
+
 def _hf(h: dict) -> tuple[str, str, str]:
     return (f"{h['records_per_s_extract']:.0f} records/s (GPT-2 {h['blocks']} blocks × "
             f"{h['width']})", f"{h['records_per_s_bare']:.0f} records/s",
@@ -345,6 +355,10 @@ ROWS: tuple[Row, ...] = (
                 / r["inspect"]["full_scan"]["records_read"]),
          Target(*_EARLY[1],
                 lambda r: r["inspect"]["early_stop"]["share_within_eps_of_full"] * 100))),
+    Row("early stopping at scale: GPT-2 small's shape over 1,000,000 tokens of Python source, "
+        "`corr` at eps 0.05 (random weights, 2 threads)", "`bench_scale.py`", "scale", _scale,
+        (Target("", "<=", 300, " s", lambda r: r["early"]["seconds"]),
+         Target("", ">=", 95, "%", lambda r: 100 * r["within_eps"]))),
     Row("converged `corr` pairs within eps of the full-data score, random record orders, "
         "SQL and parentheses LSTMs", "`bench_coverage.py`", "coverage", *_coverage("corr")),
     Row("converged `logreg` pairs (F1 and coefficient) within eps of the full-data score",
