@@ -2,7 +2,8 @@
 of tests/test_features_saelens.py. Reads a job file (JSON) and writes safetensors results.
 
 job = {"inputs": path of {"x": tensor}, "ours": [dir, ...], "theirs": {arch: dir},
-       "d_in": int, "d_sae": int, "k": int, "out": path}
+       "d_in": int, "d_sae": int, "k": int, "out": path,
+       "scaled": [checkpoint dir, dir without the scaler file], "factor": float}
 """
 
 import json
@@ -47,5 +48,24 @@ for arch, d in job["theirs"].items():
     sae.save_model(d)
     with torch.no_grad():
         out[f"theirs.{arch}.z"] = sae.encode(x).contiguous()
+if job.get("scaled"):  # a mid-training checkpoint: the input scaling factor not folded yet
+    import copy
+
+    cfg = sae_lens.StandardSAEConfig(d_in=job["d_in"], d_sae=job["d_sae"],
+                                     normalize_activations="expected_average_only_in")
+    cfg.metadata.hook_name = "blocks.0.hook_resid_post"
+    sae = sae_lens.saes.sae.SAE.get_sae_class_for_architecture("standard")(cfg)
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.copy_(torch.randn(p.shape) * 0.5)
+    for d in job["scaled"]:
+        sae.save_model(d)
+    scaler = sae_lens.training.activation_scaler.ActivationScaler(scaling_factor=job["factor"])
+    scaler.save(job["scaled"][0] + "/activation_scaler.json")  # as SAETrainer's checkpoints
+    folded = copy.deepcopy(sae)
+    folded.fold_activation_norm_scaling_factor(job["factor"])  # what SAELens ends training with
+    with torch.no_grad():
+        out["theirs.scaled.z"] = folded.encode(x).contiguous()
+        out["theirs.scaled.recon"] = folded.decode(folded.encode(x)).contiguous()
 save_file(out, job["out"])
 print(json.dumps(meta))

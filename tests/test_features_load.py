@@ -235,7 +235,12 @@ def test_clear_errors(tmp_path):
     (tmp_path / "a" / "cfg.json").write_text(
         json.dumps({**cfg, "normalize_activations": "expected_average_only_in"})
     )
-    with pytest.raises(DNIError, match="expected_average_only_in.*not implemented"):
+    with pytest.raises(DNIError, match="expected_average_only_in.*scaling_factor=c"):
+        dl.features.load(tmp_path / "a")
+    (tmp_path / "a" / "cfg.json").write_text(
+        json.dumps({**cfg, "normalize_activations": "covariance_whitening"})
+    )
+    with pytest.raises(DNIError, match="covariance_whitening.*not implemented"):
         dl.features.load(tmp_path / "a")
     (tmp_path / "a" / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "a" / "sae_weights.safetensors").unlink()

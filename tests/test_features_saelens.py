@@ -19,6 +19,7 @@ from conftest import CharLM, encode_chars, random_records
 
 import dni_lab as dl
 from dni_lab import features as F
+from dni_lab.backend.errors import DNIError
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".dni_cache" / "saelens-venv"
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"sae-lens side environment missing ({SIDE}); build it with `make saelens-env`",
 )
 D_IN, D_SAE, K = 12, 32, 4
+FACTOR = 2.5
 
 
 def random_set(arch: str, **kw) -> F.FeatureSet:
@@ -67,8 +69,9 @@ def test_sae_lens_reads_our_files_and_we_read_theirs(tmp_path):
     save_file({"x": x}, str(tmp_path / "x.safetensors"))
     dirs = [str(tmp_path / name) for name in ours]
     theirs = {a: str(tmp_path / f"theirs-{a}") for a in ("standard", "topk", "jumprelu")}
+    scaled = [str(tmp_path / "checkpoint"), str(tmp_path / "scaled-no-file")]
     job = {"inputs": str(tmp_path / "x.safetensors"), "ours": dirs, "theirs": theirs,
-           "d_in": D_IN, "d_sae": D_SAE, "k": K,
+           "d_in": D_IN, "d_sae": D_SAE, "k": K, "scaled": scaled, "factor": FACTOR,
            "out": str(tmp_path / "out.safetensors")}  # fmt: skip
     (tmp_path / "job.json").write_text(json.dumps(job))
     proc = subprocess.run(
@@ -94,6 +97,21 @@ def test_sae_lens_reads_our_files_and_we_read_theirs(tmp_path):
         assert fs.architecture == arch and fs.hook == "blocks.0.hook_resid_post"
         with torch.no_grad():
             torch.testing.assert_close(fs.encode(x), got[f"theirs.{arch}.z"], atol=1e-5, rtol=1e-5)
+    # the input scaling factor of a checkpoint, folded as SAELens folds it when training ends
+    fs = dl.features.load(scaled[0])
+    assert fs.meta["folded_scaling_factor"] == FACTOR and fs.normalize_activations == "none"
+    by_hand = dl.features.load(scaled[1], scaling_factor=FACTOR)
+    with torch.no_grad():
+        for f in (fs, by_hand):
+            torch.testing.assert_close(f.encode(x), got["theirs.scaled.z"], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(f.decode(f.encode(x), x), got["theirs.scaled.recon"],
+                                       atol=1e-5, rtol=1e-5)  # fmt: skip
+    with pytest.raises(DNIError, match="scaling_factor=c"):
+        dl.features.load(scaled[1])
+    with pytest.raises(DNIError, match="positive number"):
+        dl.features.load(scaled[1], scaling_factor=-1)
+    with pytest.raises(DNIError, match="Drop scaling_factor"):
+        dl.features.load(theirs["standard"], scaling_factor=2.0)
 
 
 if __name__ == "__main__":  # pragma: no cover

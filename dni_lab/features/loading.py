@@ -16,6 +16,7 @@ def load(
     hook: str | None = None,
     name: str | None = None,
     dtype: str | torch.dtype | None = None,
+    scaling_factor: float | None = None,
 ) -> FeatureSet:
     """Load a feature set saved by SAELens, sparsify or dictionary_learning.
 
@@ -37,6 +38,11 @@ def load(
     dtype : str or torch.dtype, optional
         Cast the weights to this dtype; without it, weights whose dtype differs
         from the config's are an error.
+    scaling_factor : float, optional
+        A SAELens set normalized with ``"expected_average_only_in"``: the constant its
+        inputs are scaled by, folded into the weights (read from ``activation_scaler.json``
+        when the directory has one; SAELens' ``pretrained_saes.yaml`` lists it for its
+        releases as ``norm_scaling_factor``).
 
     Returns
     -------
@@ -56,10 +62,15 @@ def load(
         )
     files = {p.name for p in path.iterdir()}
     if saelens.WEIGHTS in files or (saelens.CFG in files and sparsify.WEIGHTS not in files):
-        fs = saelens.read(path, dtype=dtype, name=name)
+        fs = saelens.read(path, dtype=dtype, name=name, scaling_factor=scaling_factor)
         if hook:
             fs.hook = hook
         return fs
+    if scaling_factor is not None:
+        raise DNIError(
+            f"scaling_factor= folds a SAELens set's input scaling; {str(path)!r} is no SAELens "
+            "directory (no cfg.json + sae_weights.safetensors). Drop scaling_factor=."
+        )
     if sparsify.WEIGHTS in files:
         return sparsify.read(path, hook=hook, dtype=dtype, name=name)
     if dictionary_learning.WEIGHTS in files or dictionary_learning.CFG in files:

@@ -22,6 +22,7 @@ from ..base import FeatureSet
 CFG = "cfg.json"
 WEIGHTS = "sae_weights.safetensors"
 SPARSITY = "sparsity.safetensors"
+SCALER = "activation_scaler.json"  # a mid-training checkpoint's input scaling factor
 #: The SAELens release whose layout :func:`save` writes (read back by its ``load_from_disk``).
 SAE_LENS_VERSION = "6.54.0"
 
@@ -104,12 +105,29 @@ def _pre6(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = None) -> FeatureSet:
-    """The feature set saved in directory ``path`` in SAELens' layout."""
+def read(
+    path: Path,
+    dtype: str | torch.dtype | None = None,
+    name: str | None = None,
+    scaling_factor: float | None = None,
+) -> FeatureSet:
+    """The feature set saved in directory ``path`` in SAELens' layout.
+
+    ``normalize_activations="expected_average_only_in"`` scales the hook's output by a
+    constant before encoding. SAELens folds that constant into the weights when training
+    ends; a checkpoint saved mid-training keeps it in ``activation_scaler.json`` beside
+    the config, and a pretrained release lists it in SAELens' ``pretrained_saes.yaml``
+    (``norm_scaling_factor``). It is folded here the way SAELens folds it (``W_enc · c``,
+    ``W_dec / c``, ``b_dec / c``), from ``scaling_factor`` or that file, and recorded in
+    ``meta["folded_scaling_factor"]``.
+    """
     source = f"SAELens feature set {str(path)!r}"
     cfg = read_config(path / CFG, source)
     if _version(cfg) < (6,):
         cfg = _pre6(cfg)
+    factor = _scaling_factor(path, cfg, scaling_factor, source)
+    if factor is not None:
+        cfg["normalize_activations"] = "none"  # folded below, as SAELens leaves it
     meta = dict(cfg.get("metadata") or {})
     hook = meta.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point")
     if not hook:
@@ -138,9 +156,55 @@ def read(path: Path, dtype: str | torch.dtype | None = None, name: str | None = 
         **kwargs,
     )
     with_weights(fs, weights, f"{source} ({WEIGHTS})", cast=dtype is not None)
+    if factor is not None:
+        with torch.no_grad():
+            fs.W_enc.mul_(factor)
+            fs.W_dec.div_(factor)
+            fs.b_dec.div_(factor)
+        fs.meta["folded_scaling_factor"] = factor
     if (path / SPARSITY).exists():
         fs.log_sparsity = read_tensors(path / SPARSITY, source).get("sparsity")
     return fs
+
+
+def _scaling_factor(path: Path, cfg: dict[str, Any], given: float | None, source: str):
+    """The input scaling factor to fold, or None; a DNIError when one is needed and absent."""
+    expected = cfg.get("normalize_activations") == "expected_average_only_in"
+    if given is not None and not expected:
+        raise DNIError(
+            f"{source}: scaling_factor={given!r} given, but its cfg.json normalizes with "
+            f"{cfg.get('normalize_activations', 'none')!r}; only 'expected_average_only_in' "
+            "scales by a constant. Drop scaling_factor=."
+        )
+    if not expected:
+        return None
+    if cfg.get("d_out") is not None:
+        raise DNIError(
+            f"{source}: a transcoder with normalize_activations='expected_average_only_in' "
+            "is not read; fold the scaling factor in SAELens (fold_activation_norm_scaling_"
+            "factor) and save it again."
+        )
+    if given is None and (path / SCALER).exists():
+        given = read_config(path / SCALER, source).get("scaling_factor")
+        if given is None:  # SAELens writes null once the factor is folded: the cfg is stale
+            raise DNIError(
+                f"{source}: cfg.json says 'expected_average_only_in' but {SCALER} holds no "
+                "factor; pass dl.features.load(path, scaling_factor=...)."
+            )
+    if given is None:
+        raise DNIError(
+            f"{source}: normalize_activations='expected_average_only_in' scales the hook's "
+            f"output by a constant this directory does not store (no {SCALER}); pass "
+            "dl.features.load(path, scaling_factor=c) with its value (SAELens' "
+            "pretrained_saes.yaml lists it as norm_scaling_factor) to fold it into the weights."
+        )
+    try:
+        factor = float(given)
+    except (TypeError, ValueError):
+        factor = float("nan")
+    if not (factor > 0 and factor != float("inf")):
+        raise DNIError(f"{source}: the scaling factor must be a positive number, not {given!r}.")
+    return factor
 
 
 def save(fs: FeatureSet, path: str | Path, model_name: str | None = None) -> Path:
