@@ -125,7 +125,9 @@ def node_try(cluster, nodes, recs, params, one, at: int) -> dict:
     wait_for(lambda: removed[0] not in alive_nodes(), "Ray to mark the node dead")
     return {"at": at, "outcome": "frame", "diff": diff, "s": round(took, 2),
             **{k: insp.cluster_stats[k] for k in
-               ("shards_redealt", "held_shards_reread", "holder_restarts")}}  # fmt: skip
+               ("shards_redealt", "held_shards_reread", "holder_restarts", "lost_nodes")},
+            "header": insp.progress.cluster_text,
+            "provenance": insp.provenance().get("cluster")}  # fmt: skip
 
 
 def holder_try(recs, params, one, at: int) -> dict:

@@ -60,6 +60,12 @@ def test_a_lost_node_and_a_killed_holder_give_the_one_process_frame():
     # the node had shards in flight: they were dealt again (held blocks lost with it,
     # if any, were read again too); the holder was rebuilt from blocks read again
     assert stats["node"][0]["shards_redealt"] >= 1, said
+    # ... and the live header and the frame's provenance say so
+    first = stats["node"][0]
+    assert first["header"].startswith("Ray: ") and "dealt again" in first["header"], said
+    prov = first["provenance"]
+    assert prov["shards_redealt"] == first["shards_redealt"] and prov["workers"] >= 1, said
+    assert prov["ray_log"] == stats["ray_log"] and prov["lost_nodes"] == first["lost_nodes"]
     assert stats["holder"][0]["holder_restarts"] == 1, said
     assert stats["holder"][0]["held_shards_reread"] >= 1, said
     # Ray's "Raylet is terminated" (~25 lines a dead node) went to a file, not the output

@@ -253,12 +253,24 @@ def test_progress_and_live_frame_stream_in_shard_order():
     seen = []
     run = dl.inspect(_model(), [paren], ["corr"], random_records(120), eps=None,
                      block_size=20, cache=False, cluster=WORKERS, background=True)  # fmt: skip
-    run.on_block(lambda r: seen.append((r.progress.records_read, r.frame.height)))
+    run.on_block(lambda r: seen.append((r.progress.records_read, r.frame.height,
+                                        r.progress.cluster_text)))  # fmt: skip
     frame = run.result(timeout=120)
-    reads = [n for n, _ in seen]
+    reads = [n for n, _, _ in seen]
     assert reads == sorted(reads) and reads[-1] == 120
-    assert any(h > 0 for n, h in seen if n < 120)  # a live frame before the end
+    assert any(h > 0 for n, h, _ in seen if n < 120)  # a live frame before the end
     assert frame["converged"].all()
+    # the live header names the cluster while it runs; provenance keeps its counts
+    workers = len(run.inspection.cluster_workers)
+    want = f"Ray: 1 node, {workers} worker" + ("" if workers == 1 else "s")
+    assert all(text == want for _, _, text in seen), seen
+    from dni_lab.widgets._status import progress_line, run_status
+
+    assert progress_line({**run_status(run), "state": "done"}).endswith(want)
+    prov = dl.provenance(frame)["cluster"]
+    assert (prov["nodes"], prov["workers"], prov["shards_redealt"], prov["lost_nodes"]) == (
+        1, workers, 0, 0)
+    assert prov["shards_received"] == 6 and prov["ray_log"]
 
 
 def _slow(r):

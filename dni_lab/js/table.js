@@ -25,6 +25,7 @@ function progressBar(st) {
   } else if (st.elapsed_s !== undefined && st.elapsed_s !== null) {
     parts.push(`${st.elapsed_s.toFixed(1)} s`);
   }
+  if (st.cluster) parts.push(st.cluster);  // a sharded run: nodes, workers, failures
   return h("span", { class: "dni-bar", style: { margin: 0 } },
     h("span", { class: "dni-progress", "data-partial": st.partial ? "true" : null,
       title: `${Math.round(share * 100)}% of the records read` },

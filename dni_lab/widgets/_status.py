@@ -35,6 +35,8 @@ def run_status(run: Run) -> dict[str, Any]:
         # the engine pins the estimate (Progress.mark): it never grows between blocks
         "time_left_s": None if left is None else round(left, 1),
         "elapsed_s": round(p.elapsed_s, 1),
+        # a sharded run: nodes, workers and what failures cost (engine Progress.cluster_text)
+        "cluster": p.cluster_text,
     }
 
 
@@ -70,4 +72,6 @@ def progress_line(st: dict[str, Any]) -> str:
             parts.append(f"≤ {round(st['time_left_s']):,} s left")
     elif st.get("elapsed_s") is not None:
         parts.append(f"{st['elapsed_s']:.1f} s")
+    if st.get("cluster"):
+        parts.append(st["cluster"])
     return " · ".join(parts)

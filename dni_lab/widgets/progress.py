@@ -26,10 +26,11 @@ def progress_text(run: Run) -> str:
     """
     p = run.progress
     state = "cancelled" if p.cancelled else "done" if p.done else "running"
-    return (
+    text = (
         f"{state}: {p.read_text()}, {p.blocks} blocks, "
         f"{p.pairs_converged:,}/{p.pairs_total:,} pairs converged, {p.elapsed_s:.1f} s"
     )
+    return f"{text}; {p.cluster_text}" if p.cluster_text else text
 
 
 class ProgressView:

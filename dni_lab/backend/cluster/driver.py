@@ -27,11 +27,12 @@ from ..engine.provenance import RecordsHash
 from ..engine.sources import Part
 from ..errors import DNIError
 from .connect import connect, import_ray, session, worker_error
-from .guard import check_ray, no_auto_init, ray_gone, ray_log
+from .guard import check_ray, no_auto_init, ray_gone
 from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders, holds
 from .shards import InOrder, Shard, fork, forkable, payload_bytes, untrimmed
+from .view import ClusterView
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -139,6 +140,7 @@ def run_sharded(
     ray = connect(insp.params.cluster)
     pool = _Pool(ray, plan, insp)
     insp.cluster_workers = pool.actors  # for a notebook (and the tests) to see them
+    insp.progress.cluster = pool.view.counts(pool)  # the live header's "Ray: ..." part
     ok = False
     with no_auto_init():  # a ray.shutdown() now waits for this run to stop, which it does
         try:
@@ -152,6 +154,9 @@ def run_sharded(
             finally:
                 pool.close(keep=ok)
                 insp._records_hash = merged_hash
+                # before _finish: the frame's provenance keeps what failures cost
+                pool.view.refresh(force=True)
+                insp.cluster_stats = pool.view.counts(pool)
             try:
                 return insp._finish(start)  # a held probe's final fit runs on its holder
             except (Exception, SystemExit):
@@ -160,19 +165,13 @@ def run_sharded(
                 _left(insp, pool)
                 return insp._finish(start)  # with the results the driver has
         finally:
-            held, lost, restarts = 0, 0, 0
             if pool.link is not None:
                 pool.link.close(keep=ok and not insp._cancel)
-                held, lost, restarts = (pool.link.received, pool.link.lost_shards,
-                                        pool.link.holder_restarts)  # fmt: skip
             # what crossed the network to the driver (benchmarks/bench_cluster.py prints
             # it), and what failures cost: shards dealt again, held blocks read again,
-            # holders lost
-            insp.cluster_stats = {"bytes_received": pool.received + held,
-                                  "shards_received": pool.answers,
-                                  "shards_redealt": pool.redealt,
-                                  "held_shards_reread": lost, "holder_restarts": restarts,
-                                  "ray_log": ray_log()}  # fmt: skip
+            # holders lost, nodes lost
+            insp.cluster_stats = pool.view.counts(pool)
+            insp.progress.cluster = insp.cluster_stats
 
 
 def _left(insp: Inspection, pool: _Pool) -> None:
@@ -234,6 +233,7 @@ class _Pool:
         self.held = [i in held for i in range(len(insp.states))]
         self.local = [s for i, s in enumerate(insp.states) if not self.held[i]]
         self.link = ProbeLink(ray, insp, held, self.plan[0].hex(), self.reread) if held else None
+        self.view = ClusterView(ray)
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         converged = [s.converged for s in insp.states]
@@ -393,6 +393,8 @@ class _Pool:
                 if self.link is not None:  # with early stopping: the held states' check
                     self.link.feed(blocks)  # returns at once on a Stop
                 insp._check_convergence(self.local)
+                self.view.refresh()
+                insp.progress.cluster = self.view.counts(self)
                 insp.progress.mark(time.perf_counter() - start)
                 if on_block is not None:
                     on_block(insp)

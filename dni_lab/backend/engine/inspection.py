@@ -68,6 +68,9 @@ class Progress:
         return self.pairs_converged / self.pairs_total if self.pairs_total else 0.0
 
     pairs_decided: int = 0
+    #: a sharded run's cluster (:class:`~dni_lab.backend.cluster.view.ClusterView`):
+    #: nodes, workers, shards dealt again, nodes lost, holders rebuilt, Ray's log file
+    cluster: dict[str, Any] | None = None
     # (elapsed_s, time left) at the last block; private, so not in the repr
     _estimate: tuple[float, float] | None = field(default=None, repr=False)
 
@@ -107,6 +110,26 @@ class Progress:
         if left > 0:  # LEAVE_OPEN: rare hypotheses, each named in its rows' reason
             return f"early stopping, {left:,} pairs left open (see reason)"
         return "every pair settled (early stopping)"
+
+    @property
+    def cluster_text(self) -> str:
+        """A sharded run's cluster in a header's words, e.g. ``"Ray: 3 nodes, 2 workers,
+        1 shard dealt again, 1 node lost"``; "" for a run in one process."""
+        c = self.cluster
+        if not c:
+            return ""
+
+        def n(k: int, word: str) -> str:
+            return f"{k:,} {word}" + ("" if k == 1 else "s")
+
+        parts = [f"Ray: {n(c['nodes'], 'node')}, {n(c['workers'], 'worker')}"]
+        if c.get("shards_redealt"):
+            parts.append(f"{n(c['shards_redealt'], 'shard')} dealt again")
+        if c.get("lost_nodes"):
+            parts.append(f"{n(c['lost_nodes'], 'node')} lost")
+        if c.get("holder_restarts"):
+            parts.append(f"{n(c['holder_restarts'], 'probe holder')} rebuilt")
+        return ", ".join(parts)
 
     def read_text(self) -> str:
         """E.g. ``"1,536 of 78,662 records read — every pair settled (early stopping)"``."""
@@ -193,6 +216,8 @@ class Inspection:
                 self.progress.stopped_early,
             ),
             **self._measure_stops(),
+            # a sharded run: its cluster and what failures cost (cluster/view.py)
+            **({"cluster": dict(stats)} if (stats := getattr(self, "cluster_stats", None)) else {}),
         }
 
     def _measure_stops(self) -> dict[str, Any]:
