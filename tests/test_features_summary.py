@@ -85,5 +85,5 @@ def test_dashboard_panel_follows_the_selection(gpt):
     dash.selection = {"mid": "elsewhere", "layer": "x", "unit": 3}
     assert dash.summary.latent == other["unit"]  # another layer: ignored
     html = dash.snapshot_html()
-    assert "FeatureDashboard" in html and "correlated neurons" in html and "logit effects" in html
-    assert repr(dash).startswith("<FeatureDashboard: blocks.1.hook_resid_post:identity latent")
+    assert "LatentDashboard" in html and "correlated neurons" in html and "logit effects" in html
+    assert repr(dash).startswith("<LatentDashboard: blocks.1.hook_resid_post:identity latent")
