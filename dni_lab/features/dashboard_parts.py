@@ -9,7 +9,6 @@ term kept).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from ..backend.extraction.extract import on_device
 from ..backend.verify.common import forward_output
 from .ablate import edited
 from .base import FeatureSet
-from .summary import LatentSummary, _logit_effects
+from .summary import LatentSummary, logit_weights
 
 EXPLANATION_COLUMNS = ("latent", "explanation", "score")
 
@@ -58,13 +57,14 @@ def nearest_latents(fs: FeatureSet, latent: int, n: int = 10) -> pl.DataFrame:
 def logit_weight_histogram(model: Any, fs: FeatureSet, latent: int, bins: int = 20):
     """Histogram (``lo, hi, count``) of ``W_U · W_dec[latent]`` over the whole vocabulary.
 
-    The weights are the summary's logit effects for every token; ``None`` where the
-    summary has none (no unembedding or tokenizer, or another width).
+    The weights are the summary's logit effects (:func:`.summary.logit_weights`) of every
+    token, never decoded; ``None`` where the summary has none (no unembedding or
+    tokenizer, or another width).
     """
-    effects = _logit_effects(model, fs, latent, sys.maxsize)  # every token, on each side
-    if effects is None:
+    weights = logit_weights(model, fs, latent)
+    if weights is None:
         return None
-    w = effects.filter(pl.col("side") == "top")["effect"].to_numpy()
+    w = weights.cpu().numpy()
     lo, hi = float(w.min()), float(w.max())
     if lo == hi:  # one value: a bin around it
         lo, hi = lo - 0.5, hi + 0.5

@@ -50,15 +50,24 @@ def _texts(model: Model, record: Any, n: int) -> list[str]:
     return [str(s) for s in symbols_of(record)][:n]
 
 
-def _logit_effects(model: Model, fs: FeatureSet, latent: int, n: int) -> pl.DataFrame | None:
+def logit_weights(model: Model, fs: FeatureSet, latent: int) -> torch.Tensor | None:
+    """``W_U · W_dec[latent]`` over the vocabulary (float64), or None without an LM head,
+    a tokenizer or a matching width."""
     head = getattr(model.module, "get_output_embeddings", lambda: None)()
     tok = getattr(model, "tokenizer", None)
     if head is None or tok is None or head.weight.shape[1] != fs.d_out:
         return None
     with torch.no_grad():
-        effect = head.weight.detach().double() @ fs.W_dec[latent].detach().double().to(
+        return head.weight.detach().double() @ fs.W_dec[latent].detach().double().to(
             head.weight.device
         )
+
+
+def _logit_effects(model: Model, fs: FeatureSet, latent: int, n: int) -> pl.DataFrame | None:
+    effect = logit_weights(model, fs, latent)
+    if effect is None:
+        return None
+    tok = model.tokenizer
     k = min(n, effect.numel())
     rows = []
     for side, (vals, ids) in (("top", effect.topk(k)), ("bottom", (-effect).topk(k))):

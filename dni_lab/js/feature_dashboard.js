@@ -1,6 +1,26 @@
 // Feature dashboard: one latent. Python sends `_payload` (widgets/feature_dashboard.py);
 // this draws it. Clicking a hypothesis row selects that (latent, hypothesis) pair.
 
+// One bar per bin with log height (counts span orders of magnitude); the latent
+// dashboard's parts (feature_dashboard_parts.js) draw their logit-weight histogram with it.
+function barHistogram(bins, cls, fill, label) {
+  const W = 240, H = 60, n = bins.length || 1;
+  const top = Math.max(1, ...bins.map((b) => b.count));
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", cls);
+  bins.forEach((b, i) => {
+    const r = document.createElementNS(ns, "rect");
+    const bh = (H - 2) * Math.log1p(b.count) / Math.log1p(top);
+    r.setAttribute("x", (i * W) / n); r.setAttribute("width", W / n - 1);
+    r.setAttribute("y", H - bh); r.setAttribute("height", bh); r.setAttribute("fill", fill(b));
+    const t = document.createElementNS(ns, "title");
+    t.textContent = label(b);
+    r.append(t); svg.append(r);
+  });
+  return svg;
+}
+
 function render({ model, el }) {
   const root = h("div", { class: "dni-panel dni-feature-dashboard" });
   el.append(root);
@@ -29,21 +49,8 @@ function render({ model, el }) {
   }
 
   function histogram(bins) {
-    const W = 240, H = 60, n = bins.length || 1;
-    const top = Math.max(1, ...bins.map((b) => b.count));
-    const ns = "http://www.w3.org/2000/svg";
-    const svg = document.createElementNS(ns, "svg");
-    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "dni-fd-density");
-    bins.forEach((b, i) => {
-      const r = document.createElementNS(ns, "rect");
-      const bh = (H - 2) * Math.log1p(b.count) / Math.log1p(top);
-      r.setAttribute("x", (i * W) / n); r.setAttribute("width", W / n - 1);
-      r.setAttribute("y", H - bh); r.setAttribute("height", bh); r.setAttribute("fill", "#d6604d");
-      const t = document.createElementNS(ns, "title");
-      t.textContent = `${fmt(b.lo)}–${fmt(b.hi)}: ${b.count}`;
-      r.append(t); svg.append(r);
-    });
-    return svg;
+    return barHistogram(bins, "dni-fd-density", () => "#d6604d",
+      (b) => `${fmt(b.lo)}–${fmt(b.hi)}: ${b.count}`);
   }
 
   function table(rows, cols, onclick) {

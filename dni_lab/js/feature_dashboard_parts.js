@@ -10,23 +10,11 @@ function renderParts({ model, el }) {
   const root = h("div", { class: "dni-fd-parts" });
 
   function weights(bins) {
-    // as the density histogram: one bar per bin, log height; blue below 0, red above
-    const W = 240, H = 60, n = bins.length || 1;
-    const top = Math.max(1, ...bins.map((b) => b.count));
-    const ns = "http://www.w3.org/2000/svg";
-    const svg = document.createElementNS(ns, "svg");
-    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "dni-fd-weights");
+    // as the density histogram (barHistogram); blue below 0, red above
+    const svg = barHistogram(bins, "dni-fd-weights",
+      (b) => ((b.lo + b.hi) / 2 < 0 ? "#4393c3" : "#d6604d"),
+      (b) => `${fmt(b.lo)} to ${fmt(b.hi)}: ${b.count} tokens`);
     svg.style.display = "block"; svg.style.margin = "2px 0 6px";
-    bins.forEach((b, i) => {
-      const r = document.createElementNS(ns, "rect");
-      const bh = (H - 2) * Math.log1p(b.count) / Math.log1p(top);
-      r.setAttribute("x", (i * W) / n); r.setAttribute("width", W / n - 1);
-      r.setAttribute("y", H - bh); r.setAttribute("height", bh);
-      r.setAttribute("fill", (b.lo + b.hi) / 2 < 0 ? "#4393c3" : "#d6604d");
-      const t = document.createElementNS(ns, "title");
-      t.textContent = `${fmt(b.lo)} to ${fmt(b.hi)}: ${b.count} tokens`;
-      r.append(t); svg.append(r);
-    });
     return svg;
   }
 
