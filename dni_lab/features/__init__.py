@@ -15,6 +15,9 @@ from .architectures import ARCHITECTURES
 from .base import FeatureSet
 from .dashboard import dashboard
 from .directions import Directions, from_probe, pca
+from .explanation_grammar import Compiled, compile_explanation
+from .explanation_scoring import score_explanations
+from .explanations import read_explanations
 from .formats.saelens import save
 from .gated import GatedSAE
 from .jumprelu import JumpReLUSAE
@@ -29,6 +32,7 @@ from .transcoder import JumpReLUSkipTranscoder, JumpReLUTranscoder, SkipTranscod
 
 __all__ = [
     "ARCHITECTURES",
+    "Compiled",
     "Directions",
     "FeatureSet",
     "GatedSAE",
@@ -44,6 +48,7 @@ __all__ = [
     "TrainedSAE",
     "Transcoder",
     "ablate",
+    "compile_explanation",
     "dashboard",
     "evaluate",
     "firing_rates",
@@ -51,7 +56,9 @@ __all__ = [
     "load",
     "logit_lens",
     "pca",
+    "read_explanations",
     "save",
+    "score_explanations",
     "summarize",
     "train_sae",
 ]
