@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 import torch
 
+from .engine.fdr import FDRInspection
 from .engine.inspection import Inspection
 from .engine.params import InspectParams
 from .engine.progress_bar import with_bar
@@ -35,6 +36,7 @@ def inspect(
     workers: int | None = None,
     forward_batch: int | None = None,
     column: str | None = None,
+    fdr: float | None = None,
 ) -> pl.DataFrame | Run:
     """Score how well hidden units match hypotheses.
 
@@ -105,6 +107,17 @@ def inspect(
     column : str, optional
         The column of a table, file or Dataset that holds the records; needed when it
         has several.
+    fdr : float, optional
+        Control the false discovery rate at this level (``0 < fdr < 1``, e.g. 0.05) over
+        every pair tested: the frame gains ``p_value`` (a two-sided t-test of the score
+        against the measure's ``null_score`` from its error estimate), ``q_value``
+        (Benjamini–Hochberg per measure) and ``significant`` (``q_value <= fdr``). Only
+        measures with a ``null_score`` (``corr``) give p-values; other pairs, and pairs
+        without an error yet or with a null score, get null p and q and are not counted.
+        Valid under early stopping: a pair stops on its error, not its score, and with
+        ``eps`` set its error counts as at least eps (the stop selected it on its error).
+        ``dl.provenance(frame)["fdr_control"]`` counts the pairs tested and the
+        discoveries. See :mod:`dni_lab.backend.engine.fdr`.
 
     Returns
     -------
@@ -129,9 +142,10 @@ def inspect(
         cluster=cluster,
         workers=workers,
         forward_batch=forward_batch,
+        fdr=fdr,
     )
-    insp = Inspection(models, hypotheses, measures, data, units=units, params=params,
-                      column=column)  # fmt: skip
+    kind = Inspection if fdr is None else FDRInspection  # adds p, q and significant
+    insp = kind(models, hypotheses, measures, data, units=units, params=params, column=column)
     if background:
         return start_run(insp, [on_block] if on_block else [])
     if not progress:

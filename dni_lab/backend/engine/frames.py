@@ -33,6 +33,14 @@ SCHEMA: dict[str, pl.DataType] = {
     "n_undefined": pl.Int64(),
 }
 
+#: Columns a frame gains with ``fdr=`` (:mod:`.fdr`): a pair's p-value against its
+#: measure's ``null_score``, its Benjamini–Hochberg q-value, and whether ``q <= fdr``.
+FDR_SCHEMA: dict[str, pl.DataType] = {
+    "p_value": pl.Float64(),
+    "q_value": pl.Float64(),
+    "significant": pl.Boolean(),
+}
+
 
 def empty_frame() -> pl.DataFrame:
     """A score frame with no rows and the full schema."""

@@ -55,6 +55,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "workers": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
     "forward_batch": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
+    "fdr": (
+        lambda v: v is None or (_number(v) and 0 < v < 1),
+        "a false discovery rate strictly between 0 and 1 (e.g. 0.05) or None",
+    ),
 }
 
 
@@ -96,6 +100,11 @@ class InspectParams:
         statistical block. A block runs as forward batches of records of similar
         length (less padding); None: the whole block in one pass. The scores do not
         depend on it.
+    fdr : float or None
+        Control the false discovery rate at this level: ``dl.inspect`` and ``dl.query``
+        add ``p_value``, ``q_value`` (Benjamini–Hochberg over the run's tested pairs, per
+        measure) and ``significant`` (``q_value <= fdr``) to the frame
+        (:mod:`~dni_lab.backend.engine.fdr`). None: no such columns.
 
     Raises
     ------
@@ -119,6 +128,7 @@ class InspectParams:
     cluster: str | int | bool | None = None
     workers: int | None = None
     forward_batch: int | None = None
+    fdr: float | None = None
 
     def __post_init__(self) -> None:
         if self.cluster is False:  # "no cluster" has one spelling downstream

@@ -162,6 +162,10 @@ class Measure:
         Whether it reads a categorical hypothesis as one binary indicator per category
         (``"{hid}={code}"`` rows, :mod:`~dni_lab.backend.hypothesis.one_vs_rest`) instead
         of its codes; the engine adds those indicators when any measure of a run asks.
+    null_score : float or None
+        The score of "no relation" (0.0 for a correlation). With :meth:`error_df`, what
+        turns a score and its ``err`` into a p-value (``dl.inspect(..., fdr=)``); None:
+        the measure gives no p-values.
     """
 
     name: str = "measure"
@@ -169,6 +173,14 @@ class Measure:
     kinds: tuple[str, ...] = KINDS
     has_error: bool = False
     one_vs_rest: bool = False
+    null_score: float | None = None
+
+    def error_df(self) -> float | None:
+        """Degrees of freedom of the t quantile ``err`` is a multiple of (None: normal).
+
+        ``err`` is then ``t_{df, (1 + confidence) / 2} * SE``; p-values read the SE back.
+        """
+        return None
 
     def start(
         self,

@@ -90,6 +90,10 @@ class Corr(Measure):
     kinds = ("binary", "continuous")
     has_error = True
     one_vs_rest = True
+    null_score = 0.0
+
+    def error_df(self) -> float:
+        return self.buckets - 1  # err is a t interval over the jackknife's buckets (_error)
 
     def __init__(
         self,

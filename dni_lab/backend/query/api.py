@@ -66,7 +66,9 @@ def query(
         Evaluates the relational parts; Polars' SQLContext by default.
     **options
         ``eps``, ``confidence``, ``block_size``, ``device``, ``behavior``,
-        ``max_records``, ``cache``; they override the query's ``WITH (...)``.
+        ``max_records``, ``cache``, ``fdr``; they override the query's ``WITH (...)``
+        (``fdr=0.05`` is ``WITH FDR 0.05``: S gains ``p_value``, ``q_value`` and
+        ``significant``, see :func:`dni_lab.inspect`).
 
     Returns
     -------

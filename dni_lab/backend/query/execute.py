@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..engine.fdr import fdr_record, with_fdr
 from ..engine.frames import SCHEMA, empty_frame
 from ..engine.inspection import Inspection, Progress
 from ..engine.provenance import attach, ending, merge_records, provenance
@@ -48,6 +49,7 @@ class QueryInspection:
         self._records: list[dict[str, Any]] = []  # finished steps' provenance
         self._cancel = False
         self._lock = threading.Lock()
+        self._fdr: dict[str, Any] = {}  # provenance of S's FDR columns (WITH FDR)
 
     @property
     def steps(self) -> list[Step]:
@@ -85,7 +87,11 @@ class QueryInspection:
                 self._records.append(provenance(frame) or insp.provenance())
             self._cancel |= insp.progress.cancelled
         self._sync(start, done=True)
-        out = self.final.run(self.grouping.query, self.engine, self.scores(internal=True))
+        s = self.scores(internal=True)
+        fdr = self.grouping.options.fdr
+        if fdr is not None:
+            self._fdr = fdr_record(s, self.grouping.measures, fdr)
+        out = self.final.run(self.grouping.query, self.engine, s)
         return attach(out, self.provenance())
 
     def provenance(self) -> dict[str, Any]:
@@ -96,6 +102,7 @@ class QueryInspection:
             query=self.grouping.query.text,
             **self.grouping.options.to_metadata(),
             **ending(p.records_read, p.total_records, p.cancelled, p.stopped_early),
+            **self._fdr,
         )
 
     # -- S -----------------------------------------------------------------------
@@ -129,6 +136,9 @@ class QueryInspection:
             s = pl.DataFrame(schema=schema)
         else:
             s = pl.concat([f.select(list(schema)) for f in parts], how="vertical")
+        opts = self.grouping.options
+        if opts.fdr is not None:  # one BH over all of S (every group, step and model), per measure
+            s = with_fdr(s, self.grouping.measures, opts.confidence, opts.fdr, opts.eps)
         if internal:  # the row order S keeps when the query has no ORDER BY
             s = s.with_row_index("__dl_i").with_columns(pl.col("__dl_i").cast(pl.Int64))
         return s

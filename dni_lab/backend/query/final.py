@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..engine.frames import SCHEMA
+from ..engine.frames import FDR_SCHEMA, SCHEMA
 from ..errors import did_you_mean
 from .grouping import Grouping
 from .nodes import Query, Span, has_aggregate, scan_refs, split_top
@@ -47,6 +47,8 @@ def build_final(p: Grouping) -> Final:
     S = q.inspect.alias  # type: ignore[union-attr]
     qs = quote_ident(S)
     visible: dict[str, list[str]] = {S: list(SCHEMA)}
+    if p.options.fdr is not None:  # WITH FDR: S's p_value, q_value and significant
+        visible[S] += list(FDR_SCHEMA)
     final = Final("")
     joins = []
 

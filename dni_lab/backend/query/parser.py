@@ -7,7 +7,10 @@ Grammar (keywords in any case, clauses in this order)::
             OVER inputs [[AS] alias]
     [FROM relation [[AS] alias] {, relation [[AS] alias] | [INNER] JOIN ... ON cond}]
     [WHERE cond] [GROUP BY column, ...] [HAVING cond] [ORDER BY keys]
-    [LIMIT n [OFFSET m]] [WITH (option = value, ...)] [;]
+    [LIMIT n [OFFSET m]] [WITH [FDR rate [,]] [(option = value, ...)]] [;]
+
+``WITH FDR 0.05`` controls the false discovery rate over the INSPECT result (the
+option ``fdr``; S gains ``p_value``, ``q_value`` and ``significant``).
 
 A query without INSPECT is plain SQL over the catalog's relations.
 """
@@ -281,11 +284,38 @@ def _check_limit(q: Query) -> None:
 
 
 def _parse_with(q: Query) -> dict[str, tuple[Any, int]]:
+    """``WITH [FDR rate [,]] [(k = v, ...)]``: each option's value and its key's token."""
     lo, hi = q.span("WITH")  # type: ignore[misc]
-    paren = q.tokens[lo].is_punct("(")
+    toks = q.tokens
+    out: dict[str, tuple[Any, int]] = {}
+    if toks[lo].is_kw("FDR") and not toks[lo + 1].is_punct("=", "=="):
+        out["fdr"], lo = (_fdr_rate(q, lo + 1, hi), lo), lo + 2
+        if lo < hi and toks[lo].is_punct(","):
+            lo += 1
+        if lo == hi:
+            return out
+    paren = toks[lo].is_punct("(")
     args, where, i = _keyword_args(q, lo + paren, hi)
-    if paren and not q.tokens[i].is_punct(")"):
+    if paren and not toks[i].is_punct(")"):
         raise q.error("expected ')' to close WITH (...)", i)
     if i + paren != hi:
-        raise q.error(f"unexpected {q.tokens[i + paren].text!r} after WITH (...)", i + paren)
-    return {k: (v, where[k]) for k, v in args.items()}
+        raise q.error(f"unexpected {toks[i + paren].text!r} after WITH (...)", i + paren)
+    if "fdr" in out and "fdr" in args:
+        raise q.error("the false discovery rate is given twice: keep FDR or fdr", where["fdr"])
+    return out | {k: (v, where[k]) for k, v in args.items()}
+
+
+def _fdr_rate(q: Query, i: int, stop: int) -> float:
+    """The rate after ``WITH FDR`` at token ``i``: a number strictly between 0 and 1."""
+    if i >= stop:
+        raise q.error("WITH FDR needs a false discovery rate, e.g. WITH FDR 0.05", i - 1)
+    t = q.tokens[i]
+    last = i + (t.is_punct("-") and i + 1 < stop)  # a caret under all of "-0.05"
+    if not (t.kind == "number" and 0 < t.value < 1):
+        raise q.error(
+            "WITH FDR takes a false discovery rate strictly between 0 and 1 (e.g. WITH FDR "
+            f"0.05), not {q.render((i, last + 1))!r}",
+            i,
+            last,
+        )
+    return float(t.value)
