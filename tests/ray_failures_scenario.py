@@ -159,6 +159,24 @@ def holder_try(recs, params, one, at: int) -> dict:
     }
 
 
+def join_try(cluster, nodes, recs, params, one) -> dict:
+    """A node joins after the first shard: it gets a worker, and the frame holds."""
+    added: list = []
+
+    def add_node(insp):
+        if not added:
+            nodes.append(cluster.add_node(num_cpus=1))
+            added.append(nodes[-1].node_id)
+
+    t0 = time.perf_counter()
+    insp, frame = run(recs, params, add_node)
+    took = time.perf_counter() - t0
+    stats = insp.cluster_stats
+    return {"outcome": "frame", "diff": largest_difference(frame, one), "s": round(took, 2),
+            "workers_joined": stats["workers_joined"], "workers": stats["workers"],
+            "nodes": stats["nodes"], "header": insp.progress.cluster_text}  # fmt: skip
+
+
 def permutation_on_nodes() -> float:
     """workers=1 on 1-CPU nodes: its tasks ask for one CPU, and the p-values are one
     process's."""
@@ -226,6 +244,8 @@ def main() -> None:
         for at in points:
             out["holder"].append(holder_try(recs, params, one, at))
             print("holder", json.dumps(out["holder"][-1]), flush=True)
+    out["join"] = join_try(cluster, nodes, recs, params, one)
+    print("join", json.dumps(out["join"]), flush=True)
     for kind in ("node", "holder"):
         good = sum(t["outcome"] == "frame" for t in out[kind])
         print(f"ok {kind}: {good} of {len(out[kind])} runs gave the one-process frame",

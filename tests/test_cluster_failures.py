@@ -68,6 +68,9 @@ def test_a_lost_node_and_a_killed_holder_give_the_one_process_frame():
     assert prov["ray_log"] == stats["ray_log"] and prov["lost_nodes"] == first["lost_nodes"]
     assert stats["holder"][0]["holder_restarts"] == 1, said
     assert stats["holder"][0]["held_shards_reread"] >= 1, said
+    # a node that joins mid-run gets a worker, shards go to it, and the frame holds
+    join = stats["join"]
+    assert join["workers_joined"] >= 1 and join["diff"] <= 1e-6, said
     # Ray's "Raylet is terminated" (~25 lines a dead node) went to a file, not the output
     assert "Raylet is terminated" not in proc.stdout + proc.stderr, said
     assert "Raylet is terminated" in Path(stats["ray_log"]).read_text(), said

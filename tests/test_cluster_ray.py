@@ -239,6 +239,18 @@ def test_idle_workers_hold_no_cpu_so_the_users_own_task_runs():
     assert ray.get(users_task.remote(), timeout=120) == "ran"
 
 
+def test_a_run_tells_the_autoscaler_its_demand_and_withdraws_it(monkeypatch):
+    import ray.autoscaler.sdk as sdk
+
+    asked = []
+    monkeypatch.setattr(sdk, "request_resources", lambda bundles=None, **kw: asked.append(bundles))
+    run = dl.inspect(_model(), [paren], ["corr"], random_records(40), eps=None, block_size=20,
+                     cache=False, cluster=WORKERS, background=True)  # fmt: skip
+    run.result(timeout=120)
+    threads = max(1, int(ray.cluster_resources()["CPU"] // WORKERS))
+    assert asked == [[{"CPU": float(threads)}] * WORKERS, []], asked
+
+
 def test_generator_data_is_dealt_in_order(tmp_path):
     recs = random_records(130, seed=5)
     cache = dl.HypothesisCache(tmp_path / "hyps")  # workers open the same directory

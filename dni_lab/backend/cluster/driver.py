@@ -32,7 +32,7 @@ from .pickling import check_picklable
 from .placement import WorkerShape, placed, spread, worker_shape
 from .probes import _HOLDERS, ProbeLink, forget_holders, holds
 from .shards import InOrder, Shard, fork, forkable, payload_bytes, untrimmed
-from .view import ClusterView
+from .view import ClusterView, request_demand
 from .worker import Plan, ShardWorker, worker_params
 
 #: Shards in flight per worker: one being read, one waiting, so a worker never idles.
@@ -234,6 +234,10 @@ class _Pool:
         self.local = [s for i, s in enumerate(insp.states) if not self.held[i]]
         self.link = ProbeLink(ray, insp, held, self.plan[0].hex(), self.reread) if held else None
         self.view = ClusterView(ray)
+        # nodes that join mid-run get workers, unless the user fixed their number
+        self.grow = insp.params.workers is None and not isinstance(insp.params.cluster, int)
+        one = {"CPU": float(shape.threads), **({"GPU": shape.num_gpus} if shape.num_gpus else {})}
+        self.demand = request_demand(ray, [one] * shape.count)  # for an autoscaler to see
 
     def submit(self, shard: Shard, insp: Inspection) -> None:
         converged = [s.converged for s in insp.states]
@@ -394,6 +398,7 @@ class _Pool:
                     self.link.feed(blocks)  # returns at once on a Stop
                 insp._check_convergence(self.local)
                 self.view.refresh()
+                self._join()
                 insp.progress.cluster = self.view.counts(self)
                 insp.progress.mark(time.perf_counter() - start)
                 if on_block is not None:
@@ -406,6 +411,20 @@ class _Pool:
                     # read to the end would mark every open pair converged (``rows``).
                     return not more and merged == len(sizes)
         return False
+
+    def _join(self) -> None:
+        """Workers on the nodes that joined since the last shard, as many as their share
+        of CPUs (GPUs for GPU workers) holds; they are dealt shards like the others."""
+        for nid, res in self.view.take_joined().items():
+            if not self.grow:
+                continue
+            gpu = self.shape.num_gpus > 0
+            have = float(res.get("GPU" if gpu else "CPU", 0.0))
+            per = self.shape.num_gpus if gpu else float(self.shape.threads)
+            for _ in range(int(have // per) if per > 0 else 0):
+                self.actors.append(_actor(self.ray, self.shape, nid))
+                self.load.append(0)
+                self.view.workers_joined += 1
 
     def _merge(self, insp: Inspection, index: int, states: list[Any]) -> None:
         for s, new in zip(insp.states, states, strict=True):
@@ -421,6 +440,8 @@ class _Pool:
         cancelled or finish in a block's time); a Stop must free the cluster at once.
         """
         gone = ray_gone(self.ray)  # nothing to cancel or kill: they died with that Ray
+        if self.demand and not gone:
+            request_demand(self.ray, [])  # the run's demand withdrawn
         for ref in [] if gone else self.inflight:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=False)

@@ -30,14 +30,19 @@ class ClusterView:
 
     def __init__(self, ray: Any) -> None:
         self.ray = ray
-        self.start = self._alive() or set()
-        self.nodes = len(self.start)
+        alive = self._alive() or {}
+        self.start = set(alive)
+        self.nodes = len(alive)
         self.lost_nodes = 0
+        self.workers_joined = 0
+        self._joined: dict[str, dict[str, float]] = {}  # nodes that joined, not yet given workers
         self._checked = time.monotonic()
 
-    def _alive(self) -> set[str] | None:
+    def _alive(self) -> dict[str, dict[str, float]] | None:
+        """Alive nodes' ids and resources; None when Ray cannot say."""
         with contextlib.suppress(Exception):  # Ray going away: keep the last counts
-            return {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+            return {n["NodeID"]: n.get("Resources", {}) for n in self.ray.nodes()
+                    if n.get("Alive")}  # fmt: skip
         return None
 
     def refresh(self, force: bool = False) -> None:
@@ -54,7 +59,15 @@ class ClusterView:
         alive = self._alive()
         if alive is not None:
             self.nodes = len(alive)
-            self.lost_nodes = len(self.start - alive)
+            self.lost_nodes = len(self.start - set(alive))
+            for nid in set(alive) - self.start:
+                self.start.add(nid)  # seen: counted once, lost like any other later
+                self._joined[nid] = alive[nid]
+
+    def take_joined(self) -> dict[str, dict[str, float]]:
+        """Nodes that joined since the last call (id -> resources), handed out once."""
+        out, self._joined = self._joined, {}
+        return out
 
     def counts(self, pool: Any) -> dict[str, Any]:
         """The run's cluster as ``Progress.cluster`` and provenance hold it."""
@@ -62,6 +75,7 @@ class ClusterView:
         return {
             "nodes": self.nodes,
             "workers": len(pool.actors),
+            "workers_joined": self.workers_joined,
             "shards_redealt": pool.redealt,
             "lost_nodes": self.lost_nodes,
             "holder_restarts": 0 if link is None else link.holder_restarts,
@@ -71,3 +85,19 @@ class ClusterView:
             "ray_log": ray_log(),
         }
 
+
+
+def request_demand(ray: Any, bundles: list[dict[str, float]]) -> bool:
+    """Tell Ray's autoscaler what a run would use (``[]`` withdraws it); False where this
+    Ray has no autoscaler API (a ``ray://`` client, an old Ray).
+
+    The workers reserve no CPU (:mod:`.placement`), so without this hint an autoscaling
+    cluster would never see a run's demand; the hint reserves nothing either.
+    """
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=bundles)
+    except Exception:  # a hint: a Ray that cannot take it runs the same
+        return False
+    return True
