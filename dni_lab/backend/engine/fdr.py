@@ -44,9 +44,9 @@ import polars as pl
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 from ..measures.base import Measure
-from ..verify.stats import with_qvalues
 from .frames import FDR_SCHEMA
 from .inspection import Inspection
+from .qvalues import with_qvalues
 
 #: How a p-value is computed, as provenance states it.
 P_VALUE_METHOD = (
