@@ -128,6 +128,14 @@ def _scale(r: dict) -> tuple[str, str, str]:
             f"{pct(r['within_eps'])} within eps {r['eps']:g} of it")  # fmt: skip
 
 
+def _explanations(r: dict) -> tuple[str, str, str]:
+    return (f"{r['latents']:,} latents in {secs(r['seconds'])} ({r['threads']} thread), "
+            f"{r['inspections']} inspections, median {r['records_read_median']:,.0f} of "
+            f"{r['records']:,} records read", f"{pct(r['share_compiled'])} of the explanations "
+            f"compiled", f"median auroc score {r['median_score']['right']:.2f} right vs "
+            f"{r['median_score']['wrong']:.2f} wrong explanations")  # fmt: skip
+
+
 def _hf(h: dict) -> tuple[str, str, str]:
     return (f"{h['records_per_s_extract']:.0f} records/s (GPT-2 {h['blocks']} blocks × "
             f"{h['width']})", f"{h['records_per_s_bare']:.0f} records/s",
@@ -359,6 +367,9 @@ ROWS: tuple[Row, ...] = (
         "`corr` at eps 0.05 (random weights, 2 threads)", "`bench_scale.py`", "scale", _scale,
         (Target("", "<=", 300, " s", lambda r: r["early"]["seconds"]),
          Target("", ">=", 95, "%", lambda r: 100 * r["within_eps"]))),
+    Row("explanations as hypotheses: each of 10,000 synthetic latents scored (`auroc`, eps "
+        "0.05) against its own compiled explanation", "`bench_explanations.py`", "explanations",
+        _explanations),
     Row("converged `corr` pairs within eps of the full-data score, random record orders, "
         "SQL and parentheses LSTMs", "`bench_coverage.py`", "coverage", *_coverage("corr")),
     Row("converged `logreg` pairs (F1 and coefficient) within eps of the full-data score",
