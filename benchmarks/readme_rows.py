@@ -136,6 +136,13 @@ def _explanations(r: dict) -> tuple[str, str, str]:
             f"{r['median_score']['wrong']:.2f} wrong explanations")  # fmt: skip
 
 
+def _user_task(u: dict) -> tuple[str, str, str]:
+    b = u["before"]
+    return (f"{secs(u['worst_after_s'])} at most after {len(u['after'])} runs (a 1-CPU task and "
+            f"a {u['cpus']}-CPU one)", f"{secs(b['one_cpu_s'])} and {secs(b['every_cpu_s'])} "
+            "before any run", "—")  # fmt: skip
+
+
 def _hf(h: dict) -> tuple[str, str, str]:
     return (f"{h['records_per_s_extract']:.0f} records/s (GPT-2 {h['blocks']} blocks × "
             f"{h['width']})", f"{h['records_per_s_bare']:.0f} records/s",
@@ -420,6 +427,9 @@ ROWS: tuple[Row, ...] = (
         "(`ray.cluster_utils.Cluster`, the cores shared out over the nodes): time, "
         "bytes the driver receives per block", _NODES, "cluster_nodes", *_nodes(1)),
     Row("the same, two nodes", _NODES, "cluster_nodes", *_nodes(2)),
+    Row("the user's own Ray task after a sharded run (local Ray of 2 CPUs; the workers stay, "
+        "reserving no CPU)", "`bench_user_task.py`", "user_task", _user_task,
+        (Target("", "<=", 1, " s", lambda u: u["worst_after_s"]),)),
     Row("the same, three nodes (more CPUs declared than the machine has)", _NODES,
         "cluster_nodes", *_nodes(3)),
 )  # fmt: skip
