@@ -136,6 +136,23 @@ def _explanations(r: dict) -> tuple[str, str, str]:
             f"{r['median_score']['wrong']:.2f} wrong explanations")  # fmt: skip
 
 
+def _failure(kind: str):
+    """Cells of a failure row of ``bench_cluster_failures.py`` (a node lost, a holder killed)."""
+
+    def cells(c: dict) -> tuple[str, str, str]:
+        s = c[kind]
+        extra = (f"shards dealt again {min(s['shards_redealt'])}–{max(s['shards_redealt'])}"
+                 if kind == "node" else
+                 f"holders rebuilt {sum(s['holder_restarts'])}, held shards read again "
+                 f"{min(s['held_shards_reread'])}–{max(s['held_shards_reread'])}")  # fmt: skip
+        ours = (f"{s['frames']} of {s['tries']} runs gave the one-process frame (max |Δ| "
+                f"{s['max_diff']:.1e}); median {secs(s['median_s'])} to the frame; {extra}")
+        return ours, f"{secs(c['undisturbed_warm_s'])} undisturbed", times(s["vs_undisturbed"])
+
+    return cells, (Target("frames ", ">=", 100, "%",
+                          lambda c: 100 * c[kind]["frames"] / c[kind]["tries"]),)  # fmt: skip
+
+
 def _user_task(u: dict) -> tuple[str, str, str]:
     b = u["before"]
     return (f"{secs(u['worst_after_s'])} at most after {len(u['after'])} runs (a 1-CPU task and "
@@ -427,6 +444,11 @@ ROWS: tuple[Row, ...] = (
         "(`ray.cluster_utils.Cluster`, the cores shared out over the nodes): time, "
         "bytes the driver receives per block", _NODES, "cluster_nodes", *_nodes(1)),
     Row("the same, two nodes", _NODES, "cluster_nodes", *_nodes(2)),
+    Row("a worker node removed after 2 shards and mid-run (head + 2 nodes of 1 CPU, blocks "
+        "above Ray's inline limit, `corr` + `logreg`)", "`bench_cluster_failures.py`",
+        "cluster_failures", *_failure("node")),
+    Row("the probe holder's process killed after 2 shards and mid-run, same cluster",
+        "`bench_cluster_failures.py`", "cluster_failures", *_failure("holder")),
     Row("the user's own Ray task after a sharded run (local Ray of 2 CPUs; the workers stay, "
         "reserving no CPU)", "`bench_user_task.py`", "user_task", _user_task,
         (Target("", "<=", 1, " s", lambda u: u["worst_after_s"]),)),

@@ -233,9 +233,14 @@ def main() -> None:
     assert held > INLINE, f"a held block of {held} bytes would travel inline"
     t0 = time.perf_counter()
     _, warm = run(recs, params)  # with the actors' start-up
-    print(f"ok undisturbed: {time.perf_counter() - t0:.2f} s, difference "
+    cold_s = time.perf_counter() - t0
+    print(f"ok undisturbed: {cold_s:.2f} s, difference "
           f"{largest_difference(warm, one):.2g}", flush=True)  # fmt: skip
-    out: dict = {"node": [], "holder": []}
+    t0 = time.perf_counter()
+    run(recs, params)  # the actors up: what a disturbed run is compared with
+    out: dict = {"node": [], "holder": [], "undisturbed_s": round(cold_s, 2),
+                 "undisturbed_warm_s": round(time.perf_counter() - t0, 2),
+                 "shards": shards}  # fmt: skip
     points = (2, shards // 2) if args.early else (shards // 2,)  # early, mid-run
     for _ in range(args.tries):
         for at in points:
