@@ -7,6 +7,7 @@ attribute), ``workers=`` without ``cluster=``. None of these tests starts Ray.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -40,6 +41,54 @@ def test_an_unreachable_address_fails_at_once_naming_it(address):
     text = short(e.value)
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in text and "ray start --head" in text
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("server", ["silent", "http"])
+def test_a_listener_that_is_not_ray_is_named_within_seconds(server):
+    """A port where something else listens: ray.init would wait for minutes (300 s with
+    an address, 42 s with ray://); the gRPC handshake says at once it is not Ray."""
+    import http.server
+    import socket
+    import threading
+
+    if ray.is_initialized():
+        pytest.skip("another module left Ray connected: connect() would use that one")
+    if server == "http":
+        srv = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        port, stop = srv.server_address[1], srv.shutdown
+    else:  # accepts, never says a word
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        held = []
+        threading.Thread(target=lambda: held.append(sock.accept()), daemon=True).start()
+        port, stop = sock.getsockname()[1], sock.close
+    try:
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            t0 = time.monotonic()
+            with pytest.raises(dl.DNIError) as e:
+                dl.inspect(_model(), [paren], ["corr"], random_records(20), cache=False,
+                           cluster=address)  # fmt: skip
+            took = time.monotonic() - t0
+            text = short(e.value)
+            assert f"something listens at 127.0.0.1:{port}" in text and "gRPC" in text
+            assert len(text.splitlines()) <= 5 and took <= 5.0, (took, text)
+            assert not ray.is_initialized()
+    finally:
+        stop()
+
+
+def test_an_unroutable_address_fails_within_seconds_in_a_few_lines():
+    if ray.is_initialized():
+        pytest.skip("another module left Ray connected: connect() would use that one")
+    t0 = time.monotonic()
+    with pytest.raises(dl.DNIError) as e:  # TEST-NET-1: never routed
+        dl.inspect(_model(), [paren], ["corr"], random_records(20), cache=False,
+                   cluster="192.0.2.1:6379")  # fmt: skip
+    text = short(e.value)
+    assert time.monotonic() - t0 <= 5.0 and len(text.splitlines()) <= 5
+    assert "cannot reach the Ray cluster at 192.0.2.1:6379" in text
 
 
 def test_an_unpicklable_model_is_named_down_to_the_attribute_before_ray_starts():

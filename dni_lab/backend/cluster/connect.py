@@ -23,6 +23,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -148,14 +149,43 @@ def _reachable(address: str, cluster: Any) -> None:
             "'host:6379' (on a node of the cluster), 'auto' or 'local'."
         )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S) as s:
+            grpc = _speaks_grpc(s)
     except OSError as exc:
         raise DNIError(
             f"cannot reach the Ray cluster at {hostport} within {CONNECT_TIMEOUT_S:g} s "
             f"({exc.strerror or exc}). Start one (`ray start --head`), check the host and "
             "port ('ray://host:10001' for Ray Client), or pass cluster='local'."
         ) from None
+    if not grpc:  # ray.init would wait for minutes on a server that is not Ray's
+        raise DNIError(
+            f"something listens at {hostport}, but it does not answer as a Ray cluster does "
+            "(gRPC); check the port ('ray://host:10001' for Ray Client, 'host:6379' for the "
+            "head's GCS on a node of the cluster), or pass cluster='local'."
+        ) from None
+
+
+#: HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS and
+#: its Client server) answers with a SETTINGS frame of its own at once.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _speaks_grpc(sock: socket.socket) -> bool:
+    """Whether the server behind ``sock`` answers HTTP/2's preface with a SETTINGS frame
+    within :data:`CONNECT_TIMEOUT_S` (a silent or an HTTP/1 server does not)."""
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    try:
+        sock.sendall(_H2_PREFACE)
+        head = b""
+        while len(head) < 9 and time.monotonic() < deadline:
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # a timeout, or the server closed on the preface
+        return False
+    return len(head) == 9 and head[3] == 4
 
 
 def _first_line(exc: BaseException) -> str:
