@@ -113,7 +113,7 @@ def random_baseline(n_units: int, truth: dict[str, set[int]], k: int = 1) -> dic
     prec, rr = [], []
     for t in truth.values():
         m = len(t)
-        prec.append(min(k, m) and k * m / n_units / min(k, m))
+        prec.append(k * m / n_units / min(k, m))  # E|top k ∩ truth| / min(k, |truth|)
         # E[1/rank of the first true unit] with m true units among n, placed at random
         p_first = [
             m / (n_units - i) * np.prod([(n_units - m - j) / (n_units - j) for j in range(i)])

@@ -43,6 +43,16 @@ def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[key]
 
 
+
+def check_width(x: torch.Tensor, d_in: int, what: str, hook: str) -> None:
+    """A :class:`DNIError` unless ``x`` is ``d_in`` wide (``what`` names the unit set)."""
+    if x.shape[-1] != d_in:
+        raise DNIError(
+            f"{what} encodes {d_in}-wide activations; got {x.shape[-1]} at its hook "
+            f"{hook!r}. Attach it to a hook of width {d_in}."
+        )
+
+
 class FeatureSet(nn.Module):
     """A sparse dictionary over one hook's activations (SAE, transcoder, directions).
 
@@ -149,12 +159,7 @@ class FeatureSet(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Latents ``(..., d_sae)`` of activations ``(..., d_in)``."""
-        if x.shape[-1] != self.d_in:
-            raise DNIError(
-                f"feature set {self.name!r} encodes {self.d_in}-wide activations; got "
-                f"{x.shape[-1]} at its hook {self.hook!r}. Attach it to a hook of width "
-                f"{self.d_in}."
-            )
+        check_width(x, self.d_in, f"feature set {self.name!r}", self.hook)
         return self._encode(self.process_in(x))
 
     def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,6 +28,7 @@ from torch import nn
 
 from ..backend.errors import DNIError, LayerError
 from ..backend.extraction.models import Model
+from .base import check_width
 
 #: the names a decoder's final norm goes by (GPT-2, LLaMA-style, OPT/T5-style, Falcon)
 FINAL_NORMS = ("ln_f", "norm", "final_layer_norm", "final_layernorm")
@@ -80,11 +81,7 @@ class LogitLens(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_in)`` activations → ``(..., d_sae)`` logits (or attributions)."""
-        if x.shape[-1] != self.d_in:
-            raise DNIError(
-                f"logit lens {self.name!r} reads {self.d_in}-wide activations; its hook "
-                f"{self.hook!r} gave {x.shape[-1]}."
-            )
+        check_width(x, self.d_in, f"logit lens {self.name!r}", self.hook)
         x = x.float()
         if self.heads is None:
             return self.norm(x.to(self.W_U.dtype)) @ self.W_U + self.b_U

@@ -23,7 +23,14 @@ from ..extraction.extract import on_device, resolve_device, symbol_mask
 from ..extraction.models import Model
 from .common import Verification, address_and_width, batches
 from .gradients import Metric, MetricGradients
-from .patching import _check_pairs, _positions, _predicted, _Runs, _tested, logit_difference
+from .patching import (
+    _check_pairs,
+    _positions,
+    _predicted,
+    _Runs,
+    choice_size,
+    logit_difference,
+)
 
 
 def attribution_patching(
@@ -87,8 +94,7 @@ def attribution_patching(
     dev = resolve_device(device)
     with on_device(model, dev):
         addr, width = address_and_width(model, layer, clean, dev)
-        size, _ = _tested(model, addr, width, [0] if per == "unit" else None,
-                          [0] if per == "head" else None)  # fmt: skip
+        size = choice_size(model, addr, width, per == "head")
         if metric is None:
             metric = logit_difference(model, answers or _predicted(model, clean, corrupted, dev))
         source, target = (clean, corrupted) if direction == "denoise" else (corrupted, clean)
@@ -106,9 +112,11 @@ def attribution_patching(
             tgt_sum += float(m.sum())
         n = len(target)
         run = _Runs(model, addr, source, target, positions, metric, dev, batch_size)
-        base = {"clean": run.score(clean), "corrupted": run.score(corrupted)}
-        src_m = base["clean" if direction == "denoise" else "corrupted"]
-        tgt_m = tgt_sum / n
+        # the target run's metric came with its gradients (the forced values are its own)
+        src_m, tgt_m = run.score(source), tgt_sum / n
+        base = {"clean": src_m, "corrupted": tgt_m}
+        if direction == "noise":
+            base = {"clean": tgt_m, "corrupted": src_m}
         if src_m == tgt_m:
             raise DNIError(
                 f"the metric is {src_m} on clean and corrupted records alike: nothing to "

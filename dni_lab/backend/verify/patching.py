@@ -229,8 +229,16 @@ def _check_pairs(model: Model, clean: list[Any], corrupted: list[Any]) -> None:
 
 def _tested(model, addr, width, units, heads) -> tuple[int, np.ndarray]:
     """``(units per choice, chosen indices)``: heads of ``head_dim`` units, or single units."""
+    size = choice_size(model, addr, width, heads is not None)
     if heads is None:
-        return 1, check_units(units, width, addr)
+        return size, check_units(units, width, addr)
+    return size, check_units(heads, width // size, f"{addr} (heads)")
+
+
+def choice_size(model, addr: str, width: int, per_head: bool) -> int:
+    """Units per patched choice of ``addr``: 1, or ``head_dim`` on a per-head layer."""
+    if not per_head:
+        return 1
     dim_of = getattr(model, "_head_dim_of", None)  # HFModel: per-head addresses' head_dim
     dim = dim_of(addr) if dim_of is not None else None
     if not dim or width % dim:
@@ -238,7 +246,7 @@ def _tested(model, addr, width, units, heads) -> tuple[int, np.ndarray]:
             f"layer {addr!r} of model {model.name!r} is not read per head; patch heads on "
             "a per-head layer (blocks.N.attn.hook_z), or give units=[...]."
         )
-    return dim, check_units(heads, width // dim, f"{addr} (heads)")
+    return dim
 
 
 def _predicted(model, clean, corrupted, dev) -> list[tuple[int, int]]:
@@ -253,19 +261,28 @@ def _predicted(model, clean, corrupted, dev) -> list[tuple[int, int]]:
 
 
 class _Runs:
-    """The source run's values at ``addr`` (read once) and the target run, patched or not."""
+    """The source run's values at ``addr`` (read once, at the first patched run) and the
+    target run, patched or not."""
 
     def __init__(self, model, addr, source, target, positions, metric, dev, batch_size):
-        self.model, self.addr, self.target = model, addr, target
-        self.metric, self.dev, self.batch_size = metric, dev, batch_size
-        self.patterns = []  # per batch: (R, T, width) values to force
-        for (_f, src, mask), (_g, tgt, _m) in zip(
-            symbol_activations(model, source, addr, None, dev, batch_size),
-            symbol_activations(model, target, addr, None, dev, batch_size),
-            strict=True,
-        ):
-            where = _positions(mask, positions)
-            self.patterns.append(torch.where(where[..., None], src, tgt))
+        self.model, self.addr, self.source, self.target = model, addr, source, target
+        self.positions, self.metric, self.dev, self.batch_size = positions, metric, dev, batch_size
+        self._patterns: list[torch.Tensor] | None = None
+
+    @property
+    def patterns(self) -> list[torch.Tensor]:
+        """Per batch: ``(R, T, width)`` values to force (unpatched runs never need them)."""
+        if self._patterns is None:
+            self._patterns = []
+            m, addr, dev, B = self.model, self.addr, self.dev, self.batch_size
+            for (_f, src, mask), (_g, tgt, _m) in zip(
+                symbol_activations(m, self.source, addr, None, dev, B),
+                symbol_activations(m, self.target, addr, None, dev, B),
+                strict=True,
+            ):
+                where = _positions(mask, self.positions)
+                self._patterns.append(torch.where(where[..., None], src, tgt))
+        return self._patterns
 
     def score(self, records: list[Any], cols: np.ndarray | None = None) -> float:
         total, count = 0.0, 0
