@@ -36,7 +36,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray_nodes_scenario import FAST_DEATH, KEYS  # noqa: E402  (+ the nodes' PYTHONPATH)
 
 import dni_lab as dl  # noqa: E402
-from dni_lab.backend.cluster.driver import forget_workers  # noqa: E402
+from dni_lab.backend.cluster.actors import forget_workers  # noqa: E402
 from dni_lab.backend.cluster.guard import ray_log  # noqa: E402
 from dni_lab.backend.engine.inspection import Inspection  # noqa: E402
 from dni_lab.backend.engine.params import InspectParams  # noqa: E402

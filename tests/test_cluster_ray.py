@@ -121,9 +121,9 @@ def test_stopping_inside_a_batch_of_late_shards_is_not_reading_to_the_end(monkey
     """A worker slow to start holds shard 0 while the other reads every later shard: the
     driver then merges them all in one batch, and stops inside it. Records after the stop
     were never merged, so the run stopped early: no open pair may count as converged."""
-    from dni_lab.backend.cluster import driver
+    from dni_lab.backend.cluster import pool as driver_pool
 
-    wait, held, others = driver._Pool.wait, [], []
+    wait, held, others = driver_pool.Pool.wait, [], []
 
     def shard_0_last(pool, insp):  # shard 0's result is handed over after all the others
         while True:
@@ -136,7 +136,7 @@ def test_stopping_inside_a_batch_of_late_shards_is_not_reading_to_the_end(monkey
             if out or not pool.inflight:
                 return out
 
-    monkeypatch.setattr(driver._Pool, "wait", shard_0_last)
+    monkeypatch.setattr(driver_pool.Pool, "wait", shard_0_last)
     corr = Corr(group_records=4, buckets=8)
     a, b, pa, pb = _both([paren, position], [corr], random_records(1500, seed=3), True,
                          eps=0.05, block_size=40, cache=False)  # fmt: skip

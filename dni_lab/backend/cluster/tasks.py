@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DNIError
+from .actors import forget_workers
 from .connect import connect, import_ray, worker_error
-from .driver import forget_workers
 from .pickling import check_picklable
 from .placement import WorkerShape, fitted, unschedulable, worker_shape
 
