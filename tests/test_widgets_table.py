@@ -45,6 +45,27 @@ def test_only_the_visible_page_travels():
     assert repr(t) == "<ScoreTable: 1000 of 1000 rows>"
 
 
+def test_the_browser_sets_filter_and_page_through_messages():
+    """js/_common.js: setTraits sends {"type": "set"} (a state sync could be held for good
+    while a cell awaits a run); Python sets the named traits together and nothing else."""
+    t = ScoreTable(big_frame(), page_size=20, sort=[["uid", "asc"]])
+    pages = []
+    t.observe(lambda c: pages.append(c["new"]["offset"]), names=["_page"])
+    t._handle_custom_msg({"type": "set", "traits": {"_page_index": 3}}, [])
+    assert t._page_index == 3 and t._page["offset"] == 60
+    t._handle_custom_msg({"type": "set", "traits": {"_filter": "uid >= 500",
+                                                     "_page_index": 0}}, [])
+    assert t.data.height == 500 and t._page["offset"] == 0
+    assert t._page["rows"][0][t._page["columns"].index("uid")] == 500
+    assert pages[-1] == 0  # the last page sent is the filtered first page
+    # only the traits the panel names: never its outputs or its selection
+    t._handle_custom_msg({"type": "set", "traits": {"_page": {}, "selection": {"mid": "a"},
+                                                     "_status": {}}}, [])
+    assert t._page["rows"] and t.selection == {} and t._status
+    t._handle_custom_msg({"type": "set", "traits": "_page_index"}, [])  # malformed: ignored
+    assert t._page_index == 0
+
+
 def test_sort_desc_asc_with_nulls_last():
     t = ScoreTable(big_frame())
     t._sort = [["unit_score", "desc"]]

@@ -30,6 +30,20 @@ function fmt(v, digits = 3) {
   return String(v);
 }
 
+/**
+ * Set traits of the panel's model through Python: setTraits(model, {_page_index: 2}).
+ *
+ * Every change a person makes goes this way, not model.set + save_changes: the widget
+ * front end sends a state sync only after the kernel's idle for the one before, and
+ * ipykernel 7 publishes no busy/idle for a message it handles while an async cell awaits
+ * (a cell waiting on a %%inspect run), so a second sync would be held for good. A custom
+ * message is never held; Python sets the traits (widgets/_base.py: Panel._on_set, only
+ * those named in the panel's _browser_sets) and its update comes back as any other.
+ */
+function setTraits(model, changes) {
+  model.send({ type: "set", traits: changes });
+}
+
 /** Selection key shared with Python (widgets/_base.py: selection_key). */
 function selKey(s) {
   if (!s || s.mid === undefined || s.mid === null) return "";

@@ -1,5 +1,6 @@
 // Score table: draws the page Python sends (_page) and the run's progress (_status);
-// writes back sorting (_sort), the filter (_filter) and the page index (_page_index).
+// sends the filter (_filter) and the page index (_page_index) with setTraits, clicks on
+// headers, rows and Stop as messages.
 // Sorting, filtering and paging happen in Python over Polars: only one page travels.
 
 function progressBar(st) {
@@ -54,9 +55,7 @@ function render({ model, el }) {
   });
   const applyFilter = () => {
     if (filter.value === model.get("_filter")) return;
-    model.set("_filter", filter.value);
-    model.set("_page_index", 0);
-    model.save_changes();
+    setTraits(model, { _filter: filter.value, _page_index: 0 });
   };
   filter.addEventListener("change", applyFilter);  // blur, and the search box's clear (x)
   filter.addEventListener("keydown", (e) => {
@@ -162,7 +161,7 @@ function render({ model, el }) {
     const page = model.get("_page") || {};
     const st = model.get("_status") || {};
     foot.replaceChildren(
-      pager(page.page || 0, page.n_pages || 1, (i) => { model.set("_page_index", i); model.save_changes(); }),
+      pager(page.page || 0, page.n_pages || 1, (i) => setTraits(model, { _page_index: i })),
       h("span", { class: "dni-muted dni-count" },
         `${fmt(st.n_rows ?? 0)} rows` + (st.n_total !== st.n_rows ? ` of ${fmt(st.n_total ?? 0)}` : "")),
     );

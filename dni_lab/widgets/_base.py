@@ -167,6 +167,26 @@ class Panel(Snapshots, anywidget.AnyWidget):
 
     _css = css()
     selection = traitlets.Dict().tag(sync=True)
+    #: Traits the browser may set (``js/_common.js: setTraits`` sends ``{"type": "set"}``
+    #: messages; a state sync from the browser can be held for good while a cell awaits a
+    #: run, a message cannot). Anything else a message names is ignored.
+    _browser_sets: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_msg(self._on_set)
+
+    def _on_set(self, _widget: Any, content: Any, _buffers: list) -> None:
+        """Set the traits of a ``set`` message, together (observers see them all set)."""
+        if not isinstance(content, dict) or content.get("type") != "set":
+            return
+        changes = content.get("traits")
+        if not isinstance(changes, dict):
+            return
+        with self.hold_trait_notifications():
+            for name, value in changes.items():
+                if name in self._browser_sets:
+                    setattr(self, name, value)
 
     @traitlets.validate("selection")
     def _valid_selection(self, proposal: Any) -> dict[str, Any]:

@@ -58,10 +58,11 @@ class ScoreTable(Panel):
 
     _esm = esm("table")
     page_size = traitlets.Int(25).tag(sync=True)
-    # wire format: the browser writes these three ...
+    # wire format: the browser sets these through messages (a header click, _browser_sets) ...
     _sort = traitlets.List().tag(sync=True)
     _filter = traitlets.Unicode("").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
+    _browser_sets = ("_filter", "_page_index", "page_size")
     # ... and Python answers with the visible page and the run's progress
     # (an empty _sort means DEFAULT_SORT; _page["sort"] names the sort in force)
     _page = traitlets.Dict().tag(sync=True)

@@ -206,3 +206,12 @@ def wait_idle(page: Any, timeout: float = 60.0) -> None:
 
 def cell_output(page: Any, index: int) -> str:
     return page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()
+
+
+def wait_output(page: Any, index: int, needle: str, timeout: float = 30.0) -> None:
+    """Until cell ``index``'s output contains ``needle``."""
+    deadline = time.monotonic() + timeout
+    while needle not in cell_output(page, index):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"cell {index}: no {needle!r} in {cell_output(page, index)!r}")
+        time.sleep(0.2)

@@ -26,6 +26,7 @@ from .lab_harness import (
     open_notebook,
     run_cell,
     wait_idle,
+    wait_output,
     write_notebook,
 )
 
@@ -99,7 +100,7 @@ def _drive(page, server: str, nb: Path, shots: Path, suffix: str) -> None:
     assert state.get_attribute("data-state") == "running", state.inner_text()
     # the kernel is free: another cell runs while the table streams, and sees the run handle
     run_cell(page, 2)
-    _wait_text(page, 2, "KIND")
+    wait_output(page, 2, "KIND")
     assert "KIND QueryRun" in cell_output(page, 2)
     assert state.get_attribute("data-state") == "running"
     head = table.locator(".dni-note").inner_text()
@@ -151,7 +152,7 @@ def _drive(page, server: str, nb: Path, shots: Path, suffix: str) -> None:
     assert took < 1.0, f"Stop took {took:.1f} s while the next cell waited"
     read = int(table.locator(".dni-progress-text").inner_text().split(" ")[0].replace(",", ""))
     assert 0 < read < 16000
-    _wait_text(page, 3, "RES")
+    wait_output(page, 3, "RES")
     m = re.search(r"RES (\w+) (\d+) \[(.*)\]", cell_output(page, 3))
     assert m and m[1] == "DataFrame" and int(m[2]) > 0, cell_output(page, 3)
     assert m[3] == "'epoch', 'uid', 'unit_score'"
@@ -242,11 +243,3 @@ def _check_saved(nb: Path) -> None:
     )
     page = out.read_text()
     assert page.count('class="dni-snapshot"') == 3 and "model not found" not in page
-
-
-def _wait_text(page, index: int, needle: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while needle not in cell_output(page, index):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"cell {index}: no {needle!r} in {cell_output(page, index)!r}")
-        time.sleep(0.2)
