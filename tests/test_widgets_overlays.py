@@ -111,9 +111,12 @@ def test_image_overlay_map_and_mask():
     np.testing.assert_allclose(np.frombuffer(o._maps, np.float32)[:80], want, atol=1e-5)
     assert o.data.columns == ["record", "y", "x", "activation", "mask"]
     assert o.data.height == 4 * 80 and o.data["mask"].sum() == 4 * 12
-    o._page_index = 1
+    o._handle_custom_msg({"type": "set", "traits": {"_page_index": 1}}, [])  # the pager
     assert [c["index"] for c in o._layout["cells"]] == [4, 5, 6]
-    o._order = "top"
+    # the "top activating" button and the slider (js/image_overlay.js through setTraits)
+    o._handle_custom_msg({"type": "set", "traits": {"_order": "top", "_page_index": 0}}, [])
+    o._handle_custom_msg({"type": "set", "traits": {"opacity": 0.5}}, [])
+    assert o.opacity == 0.5 and o._page_index == 0
     peaks = [c["peak"] for c in o._layout["cells"]]
     assert peaks == sorted(peaks, reverse=True)
     assert repr(o).startswith("<ImageOverlay: 7 images, page 1/2, order top")

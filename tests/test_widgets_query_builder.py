@@ -31,7 +31,8 @@ def test_form_to_sql_and_arguments(char_model, records, hyps):
         "measures": ["corr", "mi"],
         "eps": None,
     }
-    qb._query = q  # what the browser writes on every edit
+    # what the browser sends on every edit (js/query_builder.js through setTraits)
+    qb._handle_custom_msg({"type": "set", "traits": {"_query": q}}, [])
     assert qb._error == ""
     sql = qb.sql
     assert sql.startswith("%%inspect\n") and "USING corr, mi OVER D.seq AS S" in sql

@@ -41,6 +41,9 @@ function fmt(v, digits = 3) {
  * those named in the panel's _browser_sets) and its update comes back as any other.
  */
 function setTraits(model, changes) {
+  // set here too, so that views drawn from a trait (an opacity) follow at once; the diff
+  // this leaves is never saved, and Python's update brings the same values
+  for (const [k, v] of Object.entries(changes)) model.set(k, v);
   model.send({ type: "set", traits: changes });
 }
 

@@ -53,7 +53,7 @@ function render({ model, el }) {
   const foot = h("div", { class: "dni-bar" });
   root.append(bar, grid, foot);
 
-  function setOrder(o) { model.set("_order", o); model.set("_page_index", 0); model.save_changes(); }
+  function setOrder(o) { setTraits(model, { _order: o, _page_index: 0 }); }
 
   function draw() {
     const lay = model.get("_layout") || {};
@@ -61,7 +61,7 @@ function render({ model, el }) {
     const ob = (o, label) => h("button", { class: "dni-btn" + (order === o ? " dni-on" : ""),
       "data-order": o, onclick: () => setOrder(o) }, label);
     const opacity = h("input", { type: "range", min: 0, max: 1, step: 0.05, value: model.get("opacity"),
-      title: "map opacity", oninput: () => { model.set("opacity", Number(opacity.value)); model.save_changes(); } });
+      title: "map opacity", oninput: () => setTraits(model, { opacity: Number(opacity.value) }) });
     bar.replaceChildren(
       h("span", { class: "dni-title" }, "Unit map"),
       h("span", { class: "dni-unit-label" }, lay.unit || "no unit selected"),
@@ -72,7 +72,7 @@ function render({ model, el }) {
     if (lay.error) bar.append(h("div", { class: "dni-error", style: { flexBasis: "100%" } }, lay.error));
     drawGrid();
     foot.replaceChildren(
-      pager(lay.page || 0, lay.n_pages || 1, (i) => { model.set("_page_index", i); model.save_changes(); }),
+      pager(lay.page || 0, lay.n_pages || 1, (i) => setTraits(model, { _page_index: i })),
       h("span", { class: "dni-muted" }, `${fmt(lay.n_records || 0)} images`),
     );
     stamp(root, lay.sent_at);

@@ -4,7 +4,7 @@
 function render({ model, el }) {
   const cat = model.get("_catalog") || {};
   let q = structuredClone(model.get("_query") || {});
-  const push = () => { model.set("_query", structuredClone(q)); model.save_changes(); };
+  const push = () => setTraits(model, { _query: structuredClone(q) });
   const root = h("div", { class: "dni-panel dni-query-builder" });
   el.append(root);
 

@@ -21,6 +21,8 @@ class PagedOverlay(Panel):
     needs before calling ``super().__init__``, which draws the first page.
     """
 
+    _browser_sets: tuple[str, ...] = ("_order", "_page_index", "page_size")
+
     def __init__(
         self,
         models: Any,

@@ -84,6 +84,7 @@ class ImageOverlay(PagedOverlay):
     opacity = traitlets.Float(0.9).tag(sync=True)
     _order = traitlets.Unicode("index").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
+    _browser_sets = (*PagedOverlay._browser_sets, "opacity")
     _layout = traitlets.Dict().tag(sync=True)
     _images = traitlets.Bytes(b"").tag(sync=True)  # uint8 RGB, image after image
     _maps = traitlets.Bytes(b"").tag(sync=True)  # float32, one value per pixel

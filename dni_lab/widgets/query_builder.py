@@ -81,6 +81,7 @@ class QueryBuilder(Panel):
     _esm = esm("query_builder")
     _catalog = traitlets.Dict().tag(sync=True)
     _query = traitlets.Dict().tag(sync=True)  # the form's state, written by the browser
+    _browser_sets = ("_query",)
     _sql = traitlets.Unicode("").tag(sync=True)
     _error = traitlets.Unicode("").tag(sync=True)
     _running = traitlets.Bool(False).tag(sync=True)

@@ -65,6 +65,7 @@ class TextOverlay(PagedOverlay):
     pinned = traitlets.List().tag(sync=True)
     _order = traitlets.Unicode("index").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
+    _browser_sets = (*PagedOverlay._browser_sets, "pinned")
     _layout = traitlets.Dict().tag(sync=True)
     _values = traitlets.Bytes(b"").tag(sync=True)
     _signals = traitlets.Bytes(b"").tag(sync=True)
