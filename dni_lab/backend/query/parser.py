@@ -22,12 +22,16 @@ from typing import Any
 
 from ..errors import did_you_mean
 from .errors import QueryError
-from .nodes import FromItem, InspectClause, MeasureSpec, Query, Ref, split_top
+from .nodes import SQL_WORDS, FromItem, InspectClause, MeasureSpec, Query, Ref, split_top
 from .tokens import tokenize
 
 CLAUSES = ("SELECT", "INSPECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "WITH")
 _JOIN_WORDS = ("JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "OUTER", "ON", "NATURAL")
 _NOT_ALIAS = frozenset(CLAUSES) | {"GROUP", "ORDER", "USING", "OVER", "AS", *_JOIN_WORDS}
+#: Every word the grammar reads as a keyword, in any case: the clauses', the INSPECT and
+#: WITH clauses' and the expressions'. The notebook extension highlights them in %%inspect
+#: cells (labextension/lib/keywords.js is generated from this set: labextension/keywords.py).
+KEYWORDS = frozenset(w for p in (*_NOT_ALIAS, *SQL_WORDS, "FDR") for w in p.split())
 
 
 def parse(text: str) -> Query:
