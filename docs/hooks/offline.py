@@ -101,6 +101,21 @@ def check_site(site: Path) -> dict[str, list[str]]:
     return bad
 
 
+def build(out: Path) -> None:
+    """Build the site into ``out`` as ``make docs`` does (strict; notebooks not executed)."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+        cwd=repo, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True,
+        text=True, timeout=600,
+    )
+    if done.returncode:
+        raise RuntimeError(f"mkdocs build failed:\n{done.stderr[-3000:]}")
+
+
 # -- the MkDocs hook -------------------------------------------------------------------
 _MERMAID_LOADER = re.compile(
     r"<script type=\"module\">(?:(?!</script>).)*?\.jp-Mermaid(?:(?!</script>).)*</script>",
