@@ -1,0 +1,168 @@
+"""The named figures of the documentation pages, each with its source and format.
+
+A page shows a figure as ``<!-- fig:NAME -->…<!-- /fig -->`` (see ``benchmarks/figures.py``).
+The notebooks' figures are printed, rounded as the pages show them, by each notebook's
+last cell (``figures: {json}``, checked by nbval); the formats here only fix the number of
+digits (``0.9`` is shown as ``0.90``).
+"""
+
+from __future__ import annotations
+
+from benchmarks.figures import Notebook, Source
+
+F1, F2, F3, F4, INT = "{:.1f}", "{:.2f}", "{:.3f}", "{:.4f}", "{:d}"
+
+
+def _nb(stem: str, prefix: str, **fmts: str) -> dict[str, Source]:
+    return {f"{prefix}.{key}": Notebook(stem, key, fmt) for key, fmt in fmts.items()}
+
+
+FIGURES: dict[str, Source] = {
+    # docs/findings.md, one notebook per row (notebook 10: three rows)
+    **_nb(
+        "06_gridworld_cnn",
+        "nb06",
+        unit=INT,
+        r=F2,
+        iou=F2,
+        iou_1px=F3,
+        untrained_r=F3,
+        untrained_iou=F2,
+        rises_after_epoch=INT,
+        stays_from_epoch=INT,
+        epochs=INT,
+        ahead_1=F2,
+        ahead_8=F2,
+        silhouette=F2,
+        silhouette_random=F2,
+        perturbation_p=F2,
+        accuracy=F2,
+        ablated=F2,
+        ablated_random=F2,
+        ablation_p=F2,
+    ),
+    **_nb(
+        "03_specialized_units",
+        "nb03",
+        selected=F1,
+        precision=F2,
+        recall=F2,
+        recall_s1=F2,
+        recall_s8=F2,
+        recall_w01=F2,
+        recall_w09=F2,
+        corr_recall=F2,
+        corr_precision=F2,
+        silhouette_min=F2,
+        silhouette_max=F2,
+        random_min=F2,
+        random_max=F2,
+        powered_cells=INT,
+        power_cells=INT,
+    ),
+    **_nb(
+        "09_sql_magic_tour",
+        "nb09",
+        unit=INT,
+        r=F3,
+        last_epoch_r=F3,
+        q=F3,
+        untrained=F2,
+        silhouette=F2,
+        silhouette_random=F3,
+        perturbation_p=F2,
+        selectivity=F3,
+        control_f1=F3,
+    ),
+    **_nb(
+        "02_sql_autocompletion",
+        "nb02",
+        colref_epoch0=F2,
+        colref_epoch1=F2,
+        f1_epoch0_min=F2,
+        f1_epoch0_max=F2,
+        q_max=F3,
+        untrained_colref=F2,
+        untrained_select=F2,
+        untrained_where=F2,
+        trained_colref=F2,
+        trained_select=F2,
+        trained_where=F2,
+        selectivity_max=F3,
+    ),
+    **_nb(
+        "04_boolean_fsm",
+        "nb04",
+        f1_min=F3,
+        f1_max=F3,
+        untrained_min=F2,
+        untrained_max=F2,
+        main_r_min=F2,
+        main_r_max=F2,
+        other_r_min=F2,
+        other_r_max=F2,
+        q_max=F3,
+        selectivity_min=F2,
+        selectivity_max=F2,
+    ),
+    **_nb(
+        "10_transformers",
+        "nb10",
+        lstm_r=F2,
+        gpt2_r=F2,
+        gpt2_block=INT,
+        lstm_untrained=F2,
+        gpt2_untrained=F2,
+        lstm_gain=F2,
+        gpt2_gain=F2,
+        lstm_q=F3,
+        gpt2_q=F3,
+        head_block=INT,
+        head=INT,
+        head_attention=F3,
+        chance=F3,
+        head_drop=F4,
+        head_rank=INT,
+        heads=INT,
+        head_p=F2,
+        costliest_drop=F3,
+        clean=F2,
+        corrupted=F2,
+        lens_block0=F2,
+        spearman=F2,
+        patched_heads=INT,
+        best_block=INT,
+        best_head=INT,
+        recovered=F2,
+    ),
+    **_nb(
+        "11_sae_features",
+        "nb11",
+        value_latent_min=F3,
+        value_latent_max=F3,
+        value_neuron_min=F2,
+        value_neuron_max=F2,
+        depth_neuron=F2,
+        digit_neuron=F2,
+        open_neuron=F2,
+        depth_latent=F2,
+        digit_latent=F2,
+        open_latent=F2,
+        digit2_latent_f1=F2,
+        digit2_neuron_f1=F2,
+        ablation_p_min=F2,
+        explained_variance=F2,
+        loss_recovered=F3,
+        dead_share=F2,
+    ),
+    **_nb(
+        "05_source_code",
+        "nb05",
+        q_max=F2,
+        **{
+            f"{p}_{k}": F2
+            for p in ("comment", "bracket_depth", "identifier", "string", "indent")
+            for k in ("r", "untrained")
+        },
+    ),
+}

@@ -1,0 +1,185 @@
+"""Figures in the documentation's prose, each copied from its source into a marked fragment.
+
+Usage::
+
+    python benchmarks/figures.py           # rewrite every fragment from its source
+    python benchmarks/figures.py --check   # exit 1 if a fragment differs from its source
+
+A page marks a figure as ``<!-- fig:NAME -->0.173<!-- /fig -->`` (HTML comments: invisible
+on GitHub and on the MkDocs site). ``NAME`` is a key of :data:`benchmarks.figure_list.FIGURES`,
+which says where the figure comes from and how the page writes it: a key of a committed
+results file (``benchmarks/results/<file>.json``, written by a benchmark script), or a key
+of a notebook's stored output (a cell marked ``# NBVAL_CHECK_OUTPUT`` prints
+``figures: {json}``; nbval compares that output with a fresh quick run, and this module
+compares the page with that output, so the chain can fail at both ends).
+``tests/test_figures.py`` fails when a fragment differs from its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make the benchmarks package importable
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.readme_table import RESULTS, load_results  # noqa: E402
+
+NOTEBOOKS = REPO / "notebooks"
+FRAGMENT = re.compile(r"<!-- fig:([\w.-]+) -->(.*?)<!-- /fig -->", re.S)
+PREFIX = "figures: "  # the line a notebook's figures cell prints, then one JSON object
+
+
+def pages() -> list[Path]:
+    """The README and every documentation page (generated ones too: a fragment is a fragment)."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def _dig(value: Any, key: str) -> Any:
+    for part in key.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+@cache
+def notebook_figures(stem: str) -> dict[str, Any]:
+    """The ``figures: {...}`` lines of a notebook's stored outputs, merged into one dict.
+
+    Parameters
+    ----------
+    stem
+        The notebook's file name without ``.ipynb``, e.g. ``"10_transformers"``.
+
+    Raises
+    ------
+    KeyError
+        A key printed twice (two cells would claim the same figure).
+    """
+    cells = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    out: dict[str, Any] = {}
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            for line in "".join(output.get("text", "")).splitlines():
+                if line.startswith(PREFIX):
+                    found = json.loads(line[len(PREFIX) :])
+                    if set(found) & set(out):
+                        raise KeyError(f"{stem}: figures printed twice: {set(found) & set(out)}")
+                    out.update(found)
+    return out
+
+
+@dataclass(frozen=True)
+class Result:
+    """A figure at a dotted ``key`` of ``benchmarks/results/<file>.json``, shown as ``fmt``."""
+
+    file: str
+    key: str
+    fmt: str = "{}"
+
+    def value(self, results: dict[str, dict] | None = None) -> Any:
+        """The stored value (``results``: parsed files by name, default the committed ones)."""
+        results = _results() if results is None else results
+        return _dig(results[self.file], self.key)
+
+    def where(self) -> str:
+        return f"benchmarks/results/{self.file}.json {self.key}"
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """A figure printed by a notebook's figures cell (``figures: {...}``), shown as ``fmt``."""
+
+    stem: str
+    key: str
+    fmt: str = "{}"
+
+    def value(self, figures: dict[str, Any] | None = None) -> Any:
+        """The stored value (``figures``: the notebook's printed figures, default its file's)."""
+        return (notebook_figures(self.stem) if figures is None else figures)[self.key]
+
+    def where(self) -> str:
+        return f"notebooks/{self.stem}.ipynb figures {self.key}"
+
+
+Source = Result | Notebook
+
+
+@cache
+def _results() -> dict[str, dict]:
+    return load_results(RESULTS)
+
+
+def render(source: Source, value: Any = None) -> str:
+    """The text a page shows for ``source`` (``value`` replaces the stored one, for tests)."""
+    return source.fmt.format(source.value() if value is None else value)
+
+
+def differences(text: str, figures: dict[str, Source] | None = None) -> list[str]:
+    """Each fragment of ``text`` whose content is not its source's rendering, or has no source."""
+    from benchmarks.figure_list import FIGURES
+
+    figures = FIGURES if figures is None else figures
+    problems = []
+    for m in FRAGMENT.finditer(text):
+        name, shown = m.groups()
+        source = figures.get(name)
+        if source is None:
+            problems.append(f"fig:{name} has no source in benchmarks/figure_list.py")
+            continue
+        try:
+            want = render(source)
+        except (KeyError, IndexError, FileNotFoundError) as err:
+            problems.append(f"fig:{name}: {source.where()} is not stored ({err})")
+            continue
+        if shown != want:
+            problems.append(f"fig:{name} reads {shown!r}, {source.where()} gives {want!r}")
+    return problems
+
+
+def rewrite(text: str, figures: dict[str, Source] | None = None) -> str:
+    """``text`` with every fragment's content rendered from its source."""
+    from benchmarks.figure_list import FIGURES
+
+    figures = FIGURES if figures is None else figures
+    return FRAGMENT.sub(lambda m: f"<!-- fig:{m[1]} -->{render(figures[m[1]])}<!-- /fig -->", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite every page's fragments, or with ``--check`` report the stale ones.
+
+    Returns
+    -------
+    int
+        0 when every fragment is (or now is) its source's rendering, 1 when ``--check``
+        finds one that is not.
+    """
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 if stale")
+    args = ap.parse_args(argv)
+    stale = 0
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        problems = differences(text)
+        if not problems:
+            continue
+        stale += 1
+        for p in problems:
+            print(f"{page.relative_to(REPO)}: {p}")
+        if not args.check:
+            page.write_text(rewrite(text), encoding="utf-8")
+            print(f"{page.relative_to(REPO)} rewritten")
+    if stale and args.check:
+        print("run: python benchmarks/figures.py")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
