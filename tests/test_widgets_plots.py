@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from types import SimpleNamespace
 
@@ -130,3 +131,118 @@ def test_vega_plot_is_offline_and_a_click_selects_a_unit():
     assert selection_key(lab.table.selection) == selection_key(lab.plots[0]._keys[2])
     with pytest.raises(ValueError, match="charts="):
         Lab(f, charts="d3")
+
+
+def _demo_sized(units: int = 128, hyps: int = 157) -> pl.DataFrame:
+    """A score frame shaped like the demo's: one model, one layer, every score column."""
+    rng = np.random.default_rng(3)
+    n = units * hyps
+    names = [f"sql.range:Rule{i}" if i % 2 else f"sql.impulse:Rule{i}" for i in range(hyps)]
+    return pl.DataFrame(
+        {
+            "mid": "sql-lstm", "uid": np.repeat(np.arange(units), hyps), "layer": "lstm",
+            "unit": np.repeat(np.arange(units), hyps), "hid": np.tile(names, units),
+            "measure": "corr", "unit_score": rng.uniform(-1, 1, n),
+            "group_score": rng.uniform(0, 1, n), "err": 0.01, "n_records": 9000,
+            "converged": True, "reason": "converged",
+        }
+    )  # fmt: skip
+
+
+def _datasets(spec: dict) -> list[list[dict]]:
+    return list(spec.get("datasets", {}).values())
+
+
+def test_heatmap_labels_name_the_shared_model_layer_and_family_once():
+    chart, data, keys = charts.heatmap(_demo_sized())
+    spec = chart.to_dict()
+    x, y = spec["encoding"]["x"], spec["encoding"]["y"]
+    assert y["title"] == "unit (sql-lstm lstm)" and x["title"] == "hypothesis (sql.*)"
+    # the axis shows the unit index and the rule; the tooltip keeps the full names
+    assert data["unit_axis"].to_list() == data["unit"].cast(pl.String).to_list()
+    assert all(not a.startswith("sql.") for a in data["hyp_axis"])
+    assert data["label"][0] == f"sql-lstm lstm[{data['unit'][0]}]"  # in the tooltip
+    assert y["sort"][0] == data.sort(pl.col("unit_score").abs(), descending=True)["unit_axis"][0]
+    assert len(keys) == data.height == 40 * 30
+    # two models: the model stays on each label, the shared layer goes to the title
+    two = pl.concat([_demo_sized(8, 4), _demo_sized(8, 4).with_columns(mid=pl.lit("sql@1"))])
+    spec2 = charts.heatmap(two)[0].to_dict()
+    rows = _datasets(spec2)[0]
+    assert spec2["encoding"]["y"]["title"] == "unit (lstm)"
+    assert {r["unit_axis"] for r in rows} >= {"sql-lstm[0]", "sql@1[0]"}
+
+
+def test_short_hypothesis_names_need_a_shared_prefix():
+    assert charts._short_hids(["paren", "position"]) == (
+        {"paren": "paren", "position": "position"}, "hypothesis"
+    )  # fmt: skip
+    short, title = charts._short_hids(["sql.range:A", "sql.range:B"])
+    assert short == {"sql.range:A": "A", "sql.range:B": "B"} and title == "hypothesis (sql.range:*)"
+    assert charts._short_hids(["only.one"])[0] == {"only.one": "only.one"}
+
+
+def test_charts_send_only_the_columns_they_draw():
+    """The spec carries its rows inline (JSON to the browser for Vega): the score frame's
+    other columns (group_score, err, n_records, ...) stayed in it and quadrupled it."""
+    frame = _demo_sized()
+    drawn = {"rank", "unit_score", "hid", "label", "_href", "hyp_axis", "unit_axis"}
+    for build in (charts.sorted_scores, charts.heatmap):
+        spec = build(frame)[0].to_dict()
+        for rows in _datasets(spec):
+            assert set(rows[0]) <= drawn, (build.__name__, set(rows[0]) - drawn)
+        assert len(json.dumps(spec)) < 200_000, build.__name__  # 418 KB before
+
+
+def test_svg_marks_carry_their_tooltip():
+    """The SVG panel's tooltip is each clickable mark's description (its aria-label);
+    lines and axes carry none that could be shown instead."""
+    p = Plot("heatmap", _demo_sized(12, 5))
+    marks = re.findall(r'<a xlink:href="#dni=(\d+)"><path aria-label="([^"]*)"', p._svg)
+    assert len(marks) == len(p._mark_keys) == 60
+    i, tip = int(marks[7][0]), marks[7][1]
+    row = p.data.row(i, named=True)
+    score = f"{row['unit_score']:.3f}".replace("-", "−")  # d3-format's minus sign
+    assert tip == f"{row['label']} · {row['hid']} · score {score}"
+    s = Plot("sorted", _demo_sized(12, 5))
+    assert 'aria-roledescription="line mark"' not in s._svg
+    assert len(re.findall(r'aria-roledescription="point"', s._svg)) == len(s._mark_keys)
+
+
+def test_vega_bundle_is_made_once_and_read_from_the_cache(tmp_path, monkeypatch):
+    import altair as alt
+
+    from dni_lab.widgets import vega
+
+    made = []
+
+    def bundle(cls=alt.JupyterChart):
+        made.append(1)
+        cls._esm, cls._is_offline = "// bundled vega", True
+
+    monkeypatch.setenv("DNI_LAB_JS_CACHE", str(tmp_path / "js"))
+    monkeypatch.setattr(alt.JupyterChart, "_esm", alt.JupyterChart._esm)
+    monkeypatch.setattr(alt.JupyterChart, "_is_offline", False)
+    monkeypatch.setattr(alt.JupyterChart, "enable_offline", bundle)
+    vega.offline.cache_clear()
+    try:
+        vega.offline()
+        assert made == [1] and len(list((tmp_path / "js").glob("jupyterchart-*.js"))) == 1
+        alt.JupyterChart._esm, alt.JupyterChart._is_offline = "", False  # a new kernel
+        vega.offline.cache_clear()
+        vega.offline()
+        assert made == [1] and alt.JupyterChart._esm == "// bundled vega"
+    finally:
+        vega.offline.cache_clear()
+
+
+def test_vega_snapshot_draws_its_svg_once_per_chart(monkeypatch):
+    from dni_lab.widgets import VegaPlot, vega
+
+    p = VegaPlot("heatmap", _demo_sized(12, 5))
+    drawn = []
+    monkeypatch.setattr(vega, "to_svg", lambda chart: drawn.append(1) or "<svg></svg>")
+    p.snapshot_html(), p.snapshot_html()
+    assert drawn == [1]
+    p.update()
+    p.snapshot_html()
+    assert drawn == [1, 1]

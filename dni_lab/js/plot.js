@@ -5,8 +5,8 @@
 function render({ model, el }) {
   const root = h("div", { class: "dni-panel dni-plot" });
   const svgBox = h("div", {});
-  const hover = h("div", { class: "dni-muted dni-hover" }, "\u00a0");
-  root.append(svgBox, hover);
+  const tip = h("div", { class: "dni-tooltip", role: "tooltip", hidden: true });
+  root.append(svgBox, tip);
   el.append(root);
 
   function markSelected() {
@@ -31,11 +31,21 @@ function render({ model, el }) {
     if (m) model.send({ type: "select", index: Number(m[1]) });
   });
 
-  // Vega writes each mark's fields into aria-label: show them on hover (SVG has no tooltips).
-  svgBox.addEventListener("mouseover", (ev) => {
-    const mark = ev.target.closest("[aria-label]");
-    if (mark && mark.getAttribute("role") === "graphics-symbol") hover.textContent = mark.getAttribute("aria-label");
+  // A tooltip by the pointer: Vega writes each mark's description (unit · hypothesis ·
+  // score, see charts.py) into its aria-label. Lines are drawn without one.
+  const MARK = '[role="graphics-symbol"][aria-label]:not([aria-roledescription="axis"])' +
+    ':not([aria-roledescription="legend"]):not([aria-roledescription="title"])';
+  svgBox.addEventListener("mousemove", (ev) => {
+    const mark = ev.target.closest(MARK);
+    if (!mark) { tip.hidden = true; return; }
+    tip.textContent = mark.getAttribute("aria-label");
+    tip.hidden = false;
+    const box = root.getBoundingClientRect();
+    const x = Math.min(ev.clientX - box.left + 12, box.width - tip.offsetWidth - 4);
+    tip.style.left = `${Math.max(0, x)}px`;
+    tip.style.top = `${ev.clientY - box.top + 14}px`;
   });
+  svgBox.addEventListener("mouseleave", () => { tip.hidden = true; });
 
   model.on("change:_svg", draw);
   model.on("change:selection", markSelected);

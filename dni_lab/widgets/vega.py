@@ -4,13 +4,17 @@
 and pan, and a click on a unit's mark that becomes the panel's ``selection``, so
 the table and the overlay follow it. Nothing comes from a CDN: JupyterChart's
 module normally imports Vega from esm.sh, so :func:`offline` has vl-convert bundle
-it into the module once per process (about 2 s, 0.9 MB), and the charts' action
-menu (links to the Vega editor) is turned off.
+it into the module (0.9 MB; bundled once per installation and kept in the user's
+cache, since bundling costs a second or more of CPU in every new kernel), and the
+charts' action menu (links to the Vega editor) is turned off.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
 import altair as alt
@@ -23,10 +27,45 @@ from .plots import KINDS, to_svg
 _PICK = "unit"  # the name of the click selection in every chart
 
 
+def _bundle_cache() -> Path:
+    """Where the bundled module is kept: ``$DNI_LAB_JS_CACHE`` or ``~/.cache/dni_lab/js``."""
+    env = os.environ.get("DNI_LAB_JS_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dni_lab" / "js"
+
+
 @functools.cache
 def offline() -> None:
-    """Make JupyterChart self-contained (Vega bundled by vl-convert, no esm.sh import)."""
-    alt.JupyterChart.enable_offline()
+    """Make JupyterChart self-contained (Vega bundled by vl-convert, no esm.sh import).
+
+    The bundle depends only on Altair's module and vl-convert's Vega, so it is keyed
+    by both and read from the cache when there; a cache that cannot be written is
+    skipped (the bundle is then made in each kernel, as Altair does).
+    """
+    import vl_convert as vlc
+    from altair.jupyter.jupyter_chart import load_js_src
+
+    chart = alt.JupyterChart
+    if chart._is_offline:
+        return
+    key = hashlib.sha256(
+        f"{alt.__version__}|{vlc.__version__}|{load_js_src()}".encode()
+    ).hexdigest()[:16]
+    path = _bundle_cache() / f"jupyterchart-{key}.js"
+    try:
+        chart._esm, chart._is_offline = path.read_text(encoding="utf-8"), True
+        return
+    except OSError:
+        pass
+    chart.enable_offline()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(chart._esm, encoding="utf-8")
+        tmp.replace(path)  # whole or absent: another kernel may read it meanwhile
+    except OSError:
+        pass
 
 
 def _clickable(chart: Any, zoom: bool) -> Any:
@@ -103,6 +142,7 @@ class VegaPlot(Snapshots, alt.JupyterChart):
         self.kind, self.options = kind, options
         self._keys: list[dict[str, Any]] = []
         self._data = pl.DataFrame()
+        self._snap_svg = ""
         self.error = ""
         # svg: marks a person (and a browser test) can point at; no action menu: no links out
         empty = alt.Chart(alt.Data(values=[])).mark_point()
@@ -125,6 +165,7 @@ class VegaPlot(Snapshots, alt.JupyterChart):
             opts["selection"] = self.selection
         chart, data, keys = KINDS[self.kind](src, **opts)
         self._data, self._keys = data, keys
+        self._snap_svg = ""  # the snapshot's SVG, drawn when a snapshot is asked for
         self.chart = _fit(_clickable(chart, zoom=self.kind in ("sorted", "epochs")))
 
     @traitlets.observe("_vl_selections")
@@ -143,7 +184,9 @@ class VegaPlot(Snapshots, alt.JupyterChart):
         from ._static import svg_img
 
         head = snapshot("Plot", f"{self.kind}, {self._data.height} rows", None)
-        svg = svg_img(to_svg(self.chart), self.kind) if self._data.height else ""
+        if self._data.height and not self._snap_svg:  # once per chart: the Lab republishes
+            self._snap_svg = to_svg(self.chart)  # its snapshot after every selection
+        svg = svg_img(self._snap_svg, self.kind) if self._data.height else ""
         return head.replace("</div></div>", f"</div>{svg}</div>", 1)
 
     def __repr__(self) -> str:
