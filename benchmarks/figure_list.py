@@ -8,7 +8,7 @@ digits (``0.9`` is shown as ``0.90``).
 
 from __future__ import annotations
 
-from benchmarks.figures import Notebook, Source
+from benchmarks.figures import Notebook, Result, Source
 
 F1, F2, F3, F4, INT = "{:.1f}", "{:.2f}", "{:.3f}", "{:.4f}", "{:d}"
 
@@ -18,6 +18,8 @@ def _nb(stem: str, prefix: str, **fmts: str) -> dict[str, Source]:
 
 
 FIGURES: dict[str, Source] = {
+    # docs/quickstart.md: where the demo's probe stopped reading
+    "demo.probe_records_read": Result("demo", "probe_records_read", "{:,}"),
     # docs/findings.md, one notebook per row (notebook 10: three rows)
     **_nb(
         "06_gridworld_cnn",
