@@ -12,11 +12,14 @@ import datetime as _dt
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+# the load when the benchmark started: every script imports this module before it measures
+LOAD_AT_START = list(os.getloadavg())
 
 
 def cpu_model() -> str:
@@ -44,8 +47,9 @@ def environment() -> dict[str, Any]:
     dict
         ``date`` (UTC, ISO 8601), ``commit`` (the repository's HEAD, or None outside
         git), ``cores``, ``torch_threads`` (None if torch is not imported) and
-        ``load_average`` (1, 5 and 15 minutes) at the time of the call, ``cpu`` (its
-        model name).
+        ``load_average`` (1, 5 and 15 minutes) at the time of the call, also stored as
+        ``load_average_at_end``, ``load_average_at_start`` (when this module was imported,
+        before the script measured anything), ``cpu`` (its model name).
     """
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
@@ -60,11 +64,18 @@ def environment() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "load_average": list(os.getloadavg()),
+        "load_average_at_start": LOAD_AT_START,
+        "load_average_at_end": list(os.getloadavg()),
     }
 
 
+def command() -> str:
+    """The command line that ran the script (``sys.argv``), as a user would type it."""
+    return " ".join(["python", *sys.argv])
+
+
 def write_results(path: Path | str | None, payload: dict[str, Any]) -> Path | None:
-    """Write ``payload`` plus its ``environment`` to ``path`` as JSON, atomically.
+    """Write ``payload`` plus its ``command`` and ``environment`` to ``path`` as JSON, atomically.
 
     Parameters
     ----------
@@ -86,7 +97,8 @@ def write_results(path: Path | str | None, payload: dict[str, Any]) -> Path | No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")  # a killed run never leaves half a file behind
-    tmp.write_text(json.dumps({**payload, "environment": environment()}, indent=2, default=str))
+    stored = {"command": command(), **payload, "environment": environment()}
+    tmp.write_text(json.dumps(stored, indent=2, default=str))
     tmp.replace(path)
     print(f"wrote {path}")
     return path
