@@ -20,6 +20,9 @@ def _nb(stem: str, prefix: str, **fmts: str) -> dict[str, Source]:
 FIGURES: dict[str, Source] = {
     # docs/quickstart.md: where the demo's probe stopped reading
     "demo.probe_records_read": Result("demo", "probe_records_read", "{:,}"),
+    # docs/ray.md: the size of the stored multi-node run
+    "ray.records": Result("cluster_nodes", "records", "{:,}"),
+    "ray.hidden": Result("cluster_nodes", "hidden", "{:,}"),
     # docs/findings.md, one notebook per row (notebook 10: three rows)
     **_nb(
         "06_gridworld_cnn",

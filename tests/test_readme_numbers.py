@@ -81,7 +81,8 @@ STRUCTURAL = [
         # a link whose text is a notebook's number, e.g. [06](notebooks/06_gridworld_cnn.ipynb)
         r"\[{N}\]",
         # a version beside its tool's name
-        r"\b(?:TransformerLens|nnsight|transformer-lens|torch|Python|NeuroX|sae-lens) {N}(?:\.\d+)*",
+        r"\b(?:TransformerLens|nnsight|transformer-lens|torch|Python|NeuroX|sae-lens)"
+        r" {N}(?:\.\d+)*",
         # a number inside a name: GPT-2, SIGMOD'19, block N-1
         r"[A-Za-z]-{N}|'{N}\b",
         # a numbered list's ordinal
