@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+from demo_scores import demo_scores
 
 from dni_lab.widgets import Plot, charts
 
@@ -133,28 +134,12 @@ def test_vega_plot_is_offline_and_a_click_selects_a_unit():
         Lab(f, charts="d3")
 
 
-def _demo_sized(units: int = 128, hyps: int = 157) -> pl.DataFrame:
-    """A score frame shaped like the demo's: one model, one layer, every score column."""
-    rng = np.random.default_rng(3)
-    n = units * hyps
-    names = [f"sql.range:Rule{i}" if i % 2 else f"sql.impulse:Rule{i}" for i in range(hyps)]
-    return pl.DataFrame(
-        {
-            "mid": "sql-lstm", "uid": np.repeat(np.arange(units), hyps), "layer": "lstm",
-            "unit": np.repeat(np.arange(units), hyps), "hid": np.tile(names, units),
-            "measure": "corr", "unit_score": rng.uniform(-1, 1, n),
-            "group_score": rng.uniform(0, 1, n), "err": 0.01, "n_records": 9000,
-            "converged": True, "reason": "converged",
-        }
-    )  # fmt: skip
-
-
 def _datasets(spec: dict) -> list[list[dict]]:
     return list(spec.get("datasets", {}).values())
 
 
 def test_heatmap_labels_name_the_shared_model_layer_and_family_once():
-    chart, data, keys = charts.heatmap(_demo_sized())
+    chart, data, keys = charts.heatmap(demo_scores())
     spec = chart.to_dict()
     x, y = spec["encoding"]["x"], spec["encoding"]["y"]
     assert y["title"] == "unit (sql-lstm lstm)" and x["title"] == "hypothesis (sql.*)"
@@ -165,7 +150,7 @@ def test_heatmap_labels_name_the_shared_model_layer_and_family_once():
     assert y["sort"][0] == data.sort(pl.col("unit_score").abs(), descending=True)["unit_axis"][0]
     assert len(keys) == data.height == 40 * 30
     # two models: the model stays on each label, the shared layer goes to the title
-    two = pl.concat([_demo_sized(8, 4), _demo_sized(8, 4).with_columns(mid=pl.lit("sql@1"))])
+    two = pl.concat([demo_scores(8, 4), demo_scores(8, 4, mid="sql@1")])
     spec2 = charts.heatmap(two)[0].to_dict()
     rows = _datasets(spec2)[0]
     assert spec2["encoding"]["y"]["title"] == "unit (lstm)"
@@ -184,7 +169,7 @@ def test_short_hypothesis_names_need_a_shared_prefix():
 def test_charts_send_only_the_columns_they_draw():
     """The spec carries its rows inline (JSON to the browser for Vega): the score frame's
     other columns (group_score, err, n_records, ...) stayed in it and quadrupled it."""
-    frame = _demo_sized()
+    frame = demo_scores()
     drawn = {"rank", "unit_score", "hid", "label", "_href", "hyp_axis", "unit_axis"}
     for build in (charts.sorted_scores, charts.heatmap):
         spec = build(frame)[0].to_dict()
@@ -196,14 +181,14 @@ def test_charts_send_only_the_columns_they_draw():
 def test_svg_marks_carry_their_tooltip():
     """The SVG panel's tooltip is each clickable mark's description (its aria-label);
     lines and axes carry none that could be shown instead."""
-    p = Plot("heatmap", _demo_sized(12, 5))
+    p = Plot("heatmap", demo_scores(12, 5))
     marks = re.findall(r'<a xlink:href="#dni=(\d+)"><path aria-label="([^"]*)"', p._svg)
     assert len(marks) == len(p._mark_keys) == 60
     i, tip = int(marks[7][0]), marks[7][1]
     row = p.data.row(i, named=True)
     score = f"{row['unit_score']:.3f}".replace("-", "−")  # d3-format's minus sign
     assert tip == f"{row['label']} · {row['hid']} · score {score}"
-    s = Plot("sorted", _demo_sized(12, 5))
+    s = Plot("sorted", demo_scores(12, 5))
     assert 'aria-roledescription="line mark"' not in s._svg
     assert len(re.findall(r'aria-roledescription="point"', s._svg)) == len(s._mark_keys)
 
@@ -238,7 +223,7 @@ def test_vega_bundle_is_made_once_and_read_from_the_cache(tmp_path, monkeypatch)
 def test_vega_snapshot_draws_its_svg_once_per_chart(monkeypatch):
     from dni_lab.widgets import VegaPlot, vega
 
-    p = VegaPlot("heatmap", _demo_sized(12, 5))
+    p = VegaPlot("heatmap", demo_scores(12, 5))
     drawn = []
     monkeypatch.setattr(vega, "to_svg", lambda chart: drawn.append(1) or "<svg></svg>")
     p.snapshot_html(), p.snapshot_html()

@@ -79,6 +79,10 @@ function render({ model, el }) {
     );
     if (lay.error) bar.append(h("div", { class: "dni-error", style: { flexBasis: "100%" } }, lay.error));
     const units = lay.units || [];
+    // Records flow in as many columns as fit (a 30-symbol window filled ~30% of the
+    // width); a column is as wide as the page's longest record, up to 80 symbols.
+    const longest = Math.max(1, ...(lay.records || []).map((r) => r.symbols.length));
+    cols.style.setProperty("--dni-rec-w", `${(Math.min(longest, 80) * 0.65 + 4.5).toFixed(1)}em`);
     if (!units.length) {
       cols.replaceChildren(h("div", { class: "dni-muted dni-empty" }, "Select a unit (click a row of the score table) to see its behavior over the records."));
     } else {
