@@ -1,9 +1,10 @@
 """The documentation's generated figures match their sources, and the check can fail.
 
 ``benchmarks/figures.py`` copies each ``<!-- fig:NAME -->…<!-- /fig -->`` fragment from its
-source (a results file, or a notebook's stored ``figures: {json}`` line, which nbval
-compares with a fresh run). Here: every page is up to date, every registered figure is
-used, and changing any figure on a page, or any source value, is caught.
+source (a results file, or a notebook's stored ``figures: {json}`` line, whose headline
+the notebook's regression check asserts within a tolerance on every run). Here: every
+page is up to date, every registered figure is used, and changing any figure on a page,
+or any source value, is caught.
 """
 
 from __future__ import annotations
