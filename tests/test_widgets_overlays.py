@@ -32,7 +32,7 @@ def test_text_overlay_matches_the_extractor(char_model, records, hyps):
     assert o.data.columns == ["record", "position", "symbol", "key", "activation", "signal"]
     assert o.data.height == lay["n_symbols"] and o.data["symbol"][0] == records[0][0]
     assert repr(o) == (
-        "<TextOverlay: 300 records, 1 units, page 1/60, order index, selected toy|7|paren>"
+        "<TextOverlay: 300 records, 1 unit, page 1/60, order index, selected toy|7|paren>"
     )
 
 

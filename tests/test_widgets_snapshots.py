@@ -81,6 +81,6 @@ def test_the_lab_republishes_its_snapshot_after_a_selection(char_model, records,
     lab.table.select_row(0)
     assert updated.wait(10), "the snapshot was not republished after the selection"
     html = published[-1]["text/html"]
-    assert "1 units" in html and "background-color:rgb(" in html
+    assert "1 unit," in html and "background-color:rgb(" in html
     assert "application/vnd.jupyter.widget-view+json" in published[-1]
 

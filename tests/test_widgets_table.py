@@ -39,10 +39,10 @@ def test_only_the_visible_page_travels():
     assert t._page["columns"][:3] == ["mid", "layer", "unit"]
     assert "reason" not in t._page["columns"]
     t._page_index = 49
-    assert t._page["offset"] == 980 and t._page["rows"][0][2] == 980
+    assert t._page["offset"] == 980 and t._page["rows"][0][2] == "980"  # cells as text
     t._page_index = 999  # past the end: the last page
     assert t._page["page"] == 49
-    assert repr(t) == "<ScoreTable: 1000 of 1000 rows>"
+    assert repr(t) == "<ScoreTable: 1,000 of 1,000 rows>"
 
 
 def test_the_browser_sets_filter_and_page_through_messages():
@@ -56,7 +56,7 @@ def test_the_browser_sets_filter_and_page_through_messages():
     t._handle_custom_msg({"type": "set", "traits": {"_filter": "uid >= 500",
                                                      "_page_index": 0}}, [])
     assert t.data.height == 500 and t._page["offset"] == 0
-    assert t._page["rows"][0][t._page["columns"].index("uid")] == 500
+    assert t._page["rows"][0][t._page["columns"].index("uid")] == "500"
     assert pages[-1] == 0  # the last page sent is the filtered first page
     # only the traits the panel names: never its outputs or its selection
     t._handle_custom_msg({"type": "set", "traits": {"_page": {}, "selection": {"mid": "a"},
@@ -72,7 +72,7 @@ def test_sort_desc_asc_with_nulls_last():
     s = t.data["unit_score"]
     assert s.drop_nulls().is_sorted(descending=True) and s[-1] is None
     j = t._page["columns"].index("unit_score")
-    page = [r[j] for r in t._page["rows"]]
+    page = [float(r[j]) for r in t._page["rows"]]
     assert page == sorted(page, reverse=True)
     t._sort = [["unit_score", "asc"]]
     assert t.data["unit_score"].drop_nulls().is_sorted() and t.data["unit_score"][-1] is None

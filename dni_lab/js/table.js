@@ -1,7 +1,9 @@
 // Score table: draws the page Python sends (_page) and the run's progress (_status);
-// sends the filter (_filter) and the page index (_page_index) with setTraits, clicks on
-// headers, rows and Stop as messages.
-// Sorting, filtering and paging happen in Python over Polars: only one page travels.
+// sends the filter, page, page size, best-unit view and hidden columns with setTraits,
+// clicks on headers, rows and Stop as messages.
+// Sorting, filtering and paging happen in Python over Polars: only one page travels, or,
+// scrolling all rows (page size 0), the rows in sight (table_parts.js: makeScroller).
+// Cells come as text, written as the snapshots write them (widgets/_format.py).
 
 function progressBar(st) {
   if (st.records_read === undefined) return null;
@@ -67,6 +69,7 @@ function render({ model, el }) {
   });
   const head = h("div", { class: "dni-bar" });
   const body = h("div", { class: "dni-table-wrap" });
+  root.dniDraws = [];  // each redraw's time (ms), read by the browser test
   const foot = h("div", { class: "dni-bar" });
   root.append(head, body, foot);
 
@@ -106,8 +109,22 @@ function render({ model, el }) {
     onclick: () => model.send({ type: "export", format: f }) }, `⤓ ${f}`);
   const errorEl = h("div", { class: "dni-error", style: { flexBasis: "100%" } });
   const noteEl = h("div", { class: "dni-muted dni-note", style: { flexBasis: "100%" } });
+  const bestBtn = h("button", {
+    class: "dni-btn dni-best", title: "per model, hypothesis and measure, the row with the "
+      + "largest |unit_score| among the rows the filter keeps",
+    onclick: () => setTraits(model, { _best: !(model.get("_page") || {}).best, _page_index: 0 }),
+  }, "★ best unit per hypothesis");
+  const menuHolder = h("span", { class: "dni-col-holder" });
+  const colsBtn = h("button", { class: "dni-btn dni-cols", title: "hide or show columns",
+    onclick: () => {
+      if (menuHolder.firstChild) menuHolder.replaceChildren();
+      else menuHolder.replaceChildren(columnsMenu(model, model.get("_page") || {}));
+    } }, "columns ▾");
   head.append(h("span", { class: "dni-title" }, "Scores"), stateEl, progressEl, stopBtn, filter,
+    bestBtn, h("span", { class: "dni-col-anchor" }, colsBtn, menuHolder),
     exp("parquet"), exp("csv"), noteEl, errorEl);
+  let autoHidden = false;
+  const scroller = makeScroller(model, body, root, drawRow, fillRow);
 
   function drawHead() {
     const st = model.get("_status") || {};
@@ -124,46 +141,92 @@ function render({ model, el }) {
     errorEl.style.display = st.error ? "" : "none";
   }
 
+  // A row's element, made once and filled again as the scrolled list moves (a scroll step
+  // then changes texts, not elements).
+  function drawRow(row, index, key, reason) {
+    const tr = h("tr", { onclick: () => model.send({ type: "select",
+      index: Number(tr.dataset.index), key: tr.dataset.key }) });
+    return fillRow(tr, row, index, key, reason);
+  }
+
+  function fillRow(tr, row, index, key, reason) {
+    const kinds = (model.get("_page") || {}).kinds || [];
+    const sel = selKey(model.get("selection"));
+    tr.dataset.key = key;
+    tr.dataset.index = String(index);
+    tr.classList.toggle("dni-selected", !!key && key === sel);
+    while (tr.children.length > row.length) tr.lastChild.remove();
+    row.forEach((v, j) => {
+      const td = tr.children[j] || tr.appendChild(document.createElement("td"));
+      td.className = kinds[j] === "int" || kinds[j] === "float" ? "dni-num" : "";
+      td.textContent = v;
+      if (v === "—" && reason) td.title = reason; else td.removeAttribute("title");
+    });
+    return tr;
+  }
+
   function drawBody() {
+    const t0 = performance.now();
     const page = model.get("_page") || {};
     const cols = page.columns || [];
-    const kinds = page.kinds || [];
+    const hist = page.hist || {};
     const keys = page.keys || [];
     const reasons = page.reasons || [];
-    const sel = selKey(model.get("selection"));
     const thead = h("tr", {}, cols.map((c) => {
       const s = sortState(c);
       const title = page.default_sort && s ? "default order: by measure, then by |unit_score|; "
         + "click to sort by this column" : "sort by this column";
       return h("th", { "data-col": c, "data-sort": s || "", title, onclick: () => clickHeader(c) },
-        c, mark(s));
+        h("div", {}, c, mark(s)), hist[c] && hist[c].counts.length ? columnHistogram(c, hist[c]) : null);
     }));
-    const rows = (page.rows || []).map((row, i) => {
-      const tr = h("tr", {
-        "data-key": keys[i] || "", class: keys[i] && keys[i] === sel ? "dni-selected" : null,
-        onclick: () => model.send({ type: "select", index: page.offset + i, key: keys[i] || "" }),
-      });
-      row.forEach((v, j) => {
-        const num = kinds[j] === "int" || kinds[j] === "float";
-        const title = v === null && reasons[i] ? reasons[i] : null;
-        tr.append(h("td", { class: num ? "dni-num" : null, title }, fmt(v)));
-      });
-      return tr;
-    });
-    const table = h("table", { class: "dni-table" }, h("thead", {}, thead), h("tbody", {}, rows));
-    body.replaceChildren(table);
+    const tbody = h("tbody", {});
+    const table = h("table", { class: "dni-table" }, h("thead", {}, thead), tbody);
+    body.classList.toggle("dni-scroll", !!page.scroll);
+    if (page.scroll) {
+      scroller.show(page, table, tbody);
+    } else {
+      tbody.append(...(page.rows || []).map((row, i) =>
+        drawRow(row, page.offset + i, keys[i] || "", reasons[i] || null)));
+      body.replaceChildren(table);
+    }
+    bestBtn.classList.toggle("dni-on", !!page.best);
+    bestBtn.setAttribute("aria-pressed", page.best ? "true" : "false");
+    if (menuHolder.firstChild) menuHolder.replaceChildren(columnsMenu(model, page));
     drawFoot();
+    void body.offsetHeight;  // the layout the update costs, inside the time
+    const ms = performance.now() - t0;
+    root.dniDraws.push({ what: "page", first: page.offset || 0, ms });
+    root.dataset.paintMs = ms.toFixed(2);
     stamp(root, page.sent_at);
     root.dataset.seq = String(page.seq || 0);
+    autoHide();
   }
+
+  // A narrow table hides the unit id (it repeats layer and unit) until the person chooses
+  // columns; once, so that showing it again holds. Checked again once laid out (the first
+  // draw may come before the panel is attached).
+  function autoHide() {
+    const page = model.get("_page") || {};
+    if (!autoHidden && page.hidden === null && (page.auto_hide || []).length
+        && root.clientWidth > 0 && root.clientWidth < 800) {
+      autoHidden = true;
+      setTraits(model, { _hidden: page.auto_hide });
+    }
+  }
+  const sized = new ResizeObserver(autoHide);
+  sized.observe(root);
 
   function drawFoot() {
     const page = model.get("_page") || {};
     const st = model.get("_status") || {};
+    const n = st.n_rows ?? 0;
     foot.replaceChildren(
-      pager(page.page || 0, page.n_pages || 1, (i) => setTraits(model, { _page_index: i })),
+      page.scroll ? "" : pager(page.page || 0, page.n_pages || 1,
+        (i) => setTraits(model, { _page_index: i })),
+      pageSizes(model, model.get("page_size")),
       h("span", { class: "dni-muted dni-count" },
-        `${fmt(st.n_rows ?? 0)} rows` + (st.n_total !== st.n_rows ? ` of ${fmt(st.n_total ?? 0)}` : "")),
+        `${fmt(n)}` + (st.n_total !== st.n_rows ? ` of ${fmt(st.n_total ?? 0)}` : "")
+        + ((st.n_total ?? n) === 1 ? " row" : " rows")),
     );
   }
 
@@ -174,7 +237,12 @@ function render({ model, el }) {
     }
   }
 
-  const onMsg = (msg, buffers) => { if (msg && msg.type === "download") download(msg, buffers); };
+  const onMsg = (msg, buffers) => {
+    if (!msg) return;
+    if (msg.type === "download") download(msg, buffers);
+    else if (msg.type === "rows") scroller.receive(msg);
+    else if (msg.type === "reveal") scroller.reveal(msg.index);
+  };
   const onStatus = () => { drawHead(); drawFoot(); };
   model.on("change:_page", drawBody);
   model.on("change:_status", onStatus);
@@ -189,6 +257,8 @@ function render({ model, el }) {
     model.off("change:_sort", drawBody);
     model.off("change:selection", markSelection);
     model.off("msg:custom", onMsg);
+    sized.disconnect();
+    scroller.stop();
   };
 }
 

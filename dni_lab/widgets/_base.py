@@ -21,6 +21,8 @@ import anywidget
 import polars as pl
 import traitlets
 
+from ._format import cell_text, counted
+
 SELECTION_FIELDS = ("mid", "uid", "hid", "layer", "unit", "measure")
 
 
@@ -29,9 +31,10 @@ def _read(name: str) -> str:
     return resources.files("dni_lab").joinpath("js", name).read_text(encoding="utf-8")
 
 
-def esm(name: str) -> str:
-    """The ES module of panel ``name``: the shared helpers followed by ``js/{name}.js``."""
-    return _read("_common.js") + "\n" + _read(f"{name}.js")
+def esm(name: str, *parts: str) -> str:
+    """The ES module of panel ``name``: the shared helpers, then ``js/{part}.js`` of each of
+    ``parts`` (helpers of this panel alone), then ``js/{name}.js``."""
+    return "\n".join(_read(f"{n}.js") for n in ("_common", *parts, name))
 
 
 def css() -> str:
@@ -199,7 +202,7 @@ class Panel(Snapshots, anywidget.AnyWidget):
 
     def _describe(self) -> str:
         """The part of the repr after the class name; deterministic (nbval compares it)."""
-        return f"{self.data.height} rows"
+        return counted(self.data.height, "row")
 
     def __repr__(self) -> str:
         key = selection_key(self.selection)
@@ -235,23 +238,14 @@ def snapshot(
             for c in shown.columns
         )
         trs = "".join(
-            "<tr>" + "".join(f'<td style="padding:1px 6px">{_cell(v)}</td>' for v in r) + "</tr>"
+            "<tr>" + "".join(f'<td style="padding:1px 6px">{html.escape(cell_text(v))}</td>'
+                             for v in r) + "</tr>"
             for r in shown.iter_rows()
         )
         more = frame.height - shown.height
-        tail = f'<div style="color:#777">… {more:,} more rows</div>' if more > 0 else ""
+        tail = f'<div style="color:#777">… {counted(more, "more row")}</div>' if more > 0 else ""
         body = f'<table style="border-collapse:collapse"><tr>{th}</tr>{trs}</table>{tail}'
     return f'<div class="dni-snapshot" style="{_STYLE}">{head}{body}</div>'
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    if isinstance(v, bool):
-        return "✓" if v else "·"
-    return html.escape(str(v))
 
 
 def link_selection(*panels: Panel) -> list[traitlets.link]:

@@ -1,6 +1,6 @@
 """Filtering, sorting and paging of a frame in Python: only the visible page travels.
 
-A page goes to the browser as column names, kinds and rows of plain values
+A page goes to the browser as column names, kinds and rows of cell texts
 (a page is at most a few hundred rows, so this is a few kilobytes; the frame
 itself never leaves the kernel).
 """
@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from ..backend.query.sql import refuse_file_access, refuse_file_scan
+from ._format import column_texts
 
 # A filter with one of these reads as an SQL condition; anything else is a text search.
 _SQLISH = re.compile(r"[=<>!]|\b(and|or|not|like|ilike|is|in|between)\b", re.IGNORECASE)
@@ -217,31 +218,25 @@ def n_pages(n_rows: int, page_size: int) -> int:
 def page_payload(
     view: pl.DataFrame, page: int, page_size: int, columns: list[str] | None = None
 ) -> dict[str, Any]:
-    """The rows of page ``page`` of ``view`` as a small JSON-able dict.
-
-    Floats are rounded to 6 significant digits (the table shows 3 decimals; the
-    full values stay in the kernel) and NaN/inf become null so JSON stays valid.
-    """
+    """The rows of page ``page`` of ``view`` as a small JSON-able dict (see :func:`cells`)."""
     page = min(max(page, 0), n_pages(view.height, page_size) - 1)
     part = view.slice(page * page_size, page_size)
     cols = [c for c in (columns or part.columns) if c in part.columns]
     kinds = [kind_of(part.schema[c]) for c in cols]
-    data = []
-    for c, k in zip(cols, kinds, strict=True):
-        values = part[c].to_list()
-        if k == "float":
-            values = [_round(v) for v in values]
-        elif k == "str":
-            values = [v if v is None or isinstance(v, str) else str(v) for v in values]
-        data.append(values)
-    rows = [list(r) for r in zip(*data, strict=True)] if data else []
-    return {"columns": cols, "kinds": kinds, "rows": rows, "page": page, "offset": page * page_size}
+    return {"columns": cols, "kinds": kinds, "page": page, "offset": page * page_size,
+            **cells(part, cols)}  # fmt: skip
 
 
-def _round(v: float | None) -> float | None:
-    if v is None or not math.isfinite(v):
-        return None
-    return float(f"{v:.6g}")
+def cells(part: pl.DataFrame, cols: list[str]) -> dict[str, Any]:
+    """Rows of ``part`` as the browser draws them: the cell texts of ``cols`` (written as
+    the snapshots write them, :func:`~._format.cell_text`; the values stay in the kernel),
+    each row's selection key and each null score's reason."""
+    texts = [column_texts(part[c]) for c in cols if c in part.columns]
+    return {
+        "rows": [list(r) for r in zip(*texts, strict=True)] if texts else [[]] * part.height,
+        "keys": row_keys(part),
+        "reasons": part["reason"].to_list() if "reason" in part.columns else [],
+    }
 
 
 def row_keys(part: pl.DataFrame) -> list[str]:

@@ -13,8 +13,9 @@ from typing import Any
 import polars as pl
 
 from ..backend.engine.run import Run
-from ._paging import n_pages, page_payload, row_keys
+from ._paging import n_pages, page_payload
 from ._status import run_status
+from ._table_explore import histograms
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
 DEFAULT_COLUMNS = (
@@ -38,8 +39,9 @@ HIDDEN = ("group", "reason")
 DEFAULT_SORT = [["measure", "asc"], ["|unit_score|", "desc"]]
 
 _MIME = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}
-
-
+#: Rows of a scrolled table that come with the view (its first screens: the first paint
+#: needs no request).
+FIRST_WINDOW = 100
 
 
 def effective_sort(own: list[Any]) -> list[Any]:
@@ -47,27 +49,42 @@ def effective_sort(own: list[Any]) -> list[Any]:
     return [list(k) for k in own] if own else DEFAULT_SORT
 
 
-def shown_columns(view: pl.DataFrame, columns: list[str] | None) -> list[str]:
+def shown_columns(
+    view: pl.DataFrame, columns: list[str] | None, hidden: list[str] | None = None
+) -> list[str]:
     """``columns`` if given; else :data:`DEFAULT_COLUMNS` present, then the frame's others
-    (an ``epoch`` of a query, a user's column), never :data:`HIDDEN`."""
-    return columns or [c for c in DEFAULT_COLUMNS if c in view.columns] + [
+    (an ``epoch`` of a query, a user's column), never :data:`HIDDEN`; less those the person
+    hid (``hidden``)."""
+    cols = columns or [c for c in DEFAULT_COLUMNS if c in view.columns] + [
         c for c in view.columns if c not in DEFAULT_COLUMNS and c not in HIDDEN
     ]
+    return [c for c in cols if c not in (hidden or ())]
 
 
 def build_page(
     view: pl.DataFrame, page_index: int, page_size: int, cols: list[str], own_sort: list[Any],
-    seq: int,
+    seq: int, explore: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``_page`` payload: the visible rows of ``view`` and what the browser needs to draw
-    them (the sort in force, row keys for selection, each null score's reason)."""
-    page = page_payload(view, page_index, page_size, cols)
+    them (the sort in force, row keys for selection, each null score's reason).
+
+    ``page_size`` 0 scrolls through all rows: the payload holds the first window
+    (``n_rows`` says how many there are) and the browser asks for others
+    (:func:`~._table_explore.window`). ``explore`` (the columns menu, the best-unit view)
+    is passed on; each shown numeric column gets its histogram (``hist``).
+    """
+    if page_size > 0:
+        page = page_payload(view, page_index, page_size, cols)
+        page["n_pages"] = n_pages(view.height, page_size)
+    else:
+        page = page_payload(view, 0, FIRST_WINDOW, cols)
+        page["n_pages"] = 1
+    page["scroll"] = page_size <= 0
+    page["n_rows"] = view.height
     page["sort"] = effective_sort(own_sort)
     page["default_sort"] = not own_sort
-    part = view.slice(page["offset"], page_size)
-    page["keys"] = row_keys(part)
-    page["reasons"] = part["reason"].to_list() if "reason" in part.columns else []
-    page["n_pages"] = n_pages(view.height, page_size)
+    page["hist"] = histograms(view, page["columns"])
+    page.update(explore or {})
     page["seq"] = seq
     page["sent_at"] = time.time() * 1000.0
     return page

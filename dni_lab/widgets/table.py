@@ -15,8 +15,10 @@ from ..backend.engine.frames import export as export_frame
 from ..backend.engine.provenance import provenance
 from ..backend.engine.run import Run
 from ._base import Panel, as_selection, esm, selection_key
+from ._format import counted
 from ._paging import apply_filter, apply_sort, next_sort, row_keys
 from ._status import QUERY_NOTE, progress_line
+from ._table_explore import AUTO_HIDE, best_per_hypothesis, window
 from ._table_view import (
     DEFAULT_COLUMNS,
     DEFAULT_SORT,
@@ -39,7 +41,8 @@ class ScoreTable(Panel):
         A score frame, or a run handle (``dl.inspect(..., background=True)``)
         whose frame the table follows until the run ends.
     page_size : int
-        Rows per page; only the visible page travels to the browser.
+        Rows per page; only the visible page travels to the browser. 0: one scrolled list
+        of all rows, of which only the rows in sight travel (the browser asks for them).
     sort : list, optional
         Initial ``[[column, "asc" | "desc"], ...]`` (``"|col|"`` sorts by the absolute
         value); by default :data:`DEFAULT_SORT`: by measure, then by |unit_score|.
@@ -56,13 +59,17 @@ class ScoreTable(Panel):
         The clicked row's ``{mid, uid, hid, layer, unit, measure}``.
     """
 
-    _esm = esm("table")
+    _esm = esm("table", "table_parts")
     page_size = traitlets.Int(25).tag(sync=True)
     # wire format: the browser sets these through messages (a header click, _browser_sets) ...
     _sort = traitlets.List().tag(sync=True)
     _filter = traitlets.Unicode("").tag(sync=True)
     _page_index = traitlets.Int(0).tag(sync=True)
-    _browser_sets = ("_filter", "_page_index", "page_size")
+    # the best unit per hypothesis (show_best); the columns the person hid (None: not
+    # chosen, and a narrow table hides AUTO_HIDE by itself)
+    _best = traitlets.Bool(False).tag(sync=True)
+    _hidden = traitlets.List(default_value=None, allow_none=True).tag(sync=True)
+    _browser_sets = ("_filter", "_page_index", "page_size", "_best", "_hidden")
     # ... and Python answers with the visible page and the run's progress
     # (an empty _sort means DEFAULT_SORT; _page["sort"] names the sort in force)
     _page = traitlets.Dict().tag(sync=True)
@@ -92,7 +99,8 @@ class ScoreTable(Panel):
         self.note = ""  # said under the header (the magic: what the live frame is)
         self._final_shown = False
         self.on_msg(self._on_message)
-        self.observe(self._on_view_change, names=["_sort", "_filter", "page_size"])
+        self.observe(self._on_view_change, names=["_sort", "_filter", "page_size", "_best",
+                                                  "_hidden"])
         self.observe(self._on_page_change, names=["_page_index"])
         self.observe(self._show_selected, names=["selection"])
         if isinstance(source, pl.DataFrame):
@@ -192,7 +200,19 @@ class ScoreTable(Panel):
                 "This snapshot was taken while the run went on; the live table follows it in "
                 "the notebook. " + note
             ).strip()
-        return snapshot("Scores", state, self._view.select(cols), self.page_size, note)
+        return snapshot("Scores", state, self._view.select(cols), self.page_size or 25, note)
+
+    def show_best(self, on: bool = True) -> None:
+        """Show only the best unit of each hypothesis: per model (and checkpoint),
+        hypothesis and measure, the row with the largest ``|unit_score|`` (nulls last)
+        among the rows the filter keeps; the sort orders them (the toolbar's toggle)."""
+        self._best = bool(on)
+        self._page_index = 0
+
+    def hide_columns(self, columns: list[str] | None) -> None:
+        """Hide ``columns`` (the columns menu); ``[]`` shows every column, ``None`` lets a
+        narrow table hide the unit id (which repeats layer and unit)."""
+        self._hidden = None if columns is None else list(columns)
 
     def sort_by(self, column: str, descending: bool = True) -> None:
         self._sort = [[column, "desc" if descending else "asc"]]
@@ -249,7 +269,9 @@ class ScoreTable(Panel):
             self.selection = as_selection(view.slice(index, 1))
 
     def _describe(self) -> str:
-        shown = f"{self._view.height} of {self._frame.height} rows"
+        shown = f"{self._view.height:,} of {counted(self._frame.height, 'row')}"
+        if self._best:
+            shown += ", the best unit per hypothesis"
         return f"{shown}, {self._state()}" if self.run is not None else shown
 
     # -- refresh ----------------------------------------------------------------
@@ -274,8 +296,10 @@ class ScoreTable(Panel):
             if not key or key in self._page.get("keys", []):
                 return
             hits = [i for i, k in enumerate(row_keys(self._view)) if k == key]
-            if hits:
-                self._page_index = hits[0] // max(self.page_size, 1)
+            if hits and self.page_size <= 0:  # a scrolled table scrolls to the row
+                self.send({"type": "reveal", "index": hits[0], "key": key})
+            elif hits:
+                self._page_index = hits[0] // self.page_size
 
     def _on_view_change(self, _change: Any) -> None:
         with self._lock:
@@ -293,6 +317,11 @@ class ScoreTable(Panel):
         except ValueError as exc:
             view = self._frame
             self._error = str(exc)
+        if self._best:
+            try:
+                view = best_per_hypothesis(view)
+            except ValueError as exc:
+                self._error = self._error or str(exc)
         self._view = apply_sort(view, self._effective_sort())
         self._push_page()
 
@@ -300,12 +329,15 @@ class ScoreTable(Panel):
         return effective_sort(self._sort)
 
     def _shown_columns(self) -> list[str]:
-        return shown_columns(self._view, self._columns)
+        return shown_columns(self._view, self._columns, self._hidden)
 
     def _push_page(self) -> None:
         self._seq += 1
+        every = shown_columns(self._view, self._columns)
+        explore = {"all_columns": every, "hidden": self._hidden, "best": self._best,
+                   "auto_hide": [c for c in AUTO_HIDE if c in every]}  # fmt: skip
         page = build_page(self._view, self._page_index, self.page_size,
-                          self._shown_columns(), self._sort, self._seq)
+                          self._shown_columns(), self._sort, self._seq, explore)
         self._last_push = time.perf_counter()
         with self.hold_sync():
             self._page = page
@@ -334,6 +366,11 @@ class ScoreTable(Panel):
             self._select(int(content["index"]), content.get("key", ""))
         elif kind == "sort":
             self.click_header(str(content["column"]))
+        elif kind == "rows":  # a scrolled table's window in sight
+            with self._lock:
+                answer = window(self._view, content.get("start", 0), content.get("count", 0),
+                                self._shown_columns(), self._seq)
+            self.send(answer)
         elif kind == "export":
             fmt = content.get("format", "parquet")
             self.send(*self._export_bytes(fmt))

@@ -12,6 +12,7 @@ import traitlets
 
 from ._base import as_selection, esm, selection_key
 from ._behavior import unit_ready
+from ._format import counted
 from ._overlay import PagedOverlay
 
 
@@ -125,7 +126,7 @@ class TextOverlay(PagedOverlay):
     def _describe(self) -> str:
         lay = self._layout
         return (
-            f"{len(self.source.records)} records, {len(self.units)} units, "
+            f"{counted(len(self.source.records), 'record')}, {counted(len(self.units), 'unit')}, "
             f"page {lay.get('page', 0) + 1}/{lay.get('n_pages', 1)}, order {self._order}"
         )
 
