@@ -23,6 +23,26 @@ FIGURES: dict[str, Source] = {
     # docs/ray.md: the size of the stored multi-node run
     "ray.records": Result("cluster_nodes", "records", "{:,}"),
     "ray.hidden": Result("cluster_nodes", "hidden", "{:,}"),
+    # docs/benchmarks.md: the machine, the probe run's size, the eps sweep (bench_coverage.py
+    # --sweep; rows 0-3 parens, 4-7 SQL, each at eps 0.1, 0.05, 0.025, 0.01)
+    "bench.cores": Result("demo", "environment.cores", INT),
+    "probes.records": Result("probes", "records", "{:,}"),
+    "eps.units": Result("early_stop_eps", "rows.0.units", INT),
+    "eps.records": Result("early_stop_eps", "records", "{:,}"),
+    "eps.block_size": Result("early_stop_eps", "block_size", INT),
+    "eps.orders": Result("early_stop_eps", "orders", INT),
+    "eps.sql_hypotheses": Result("early_stop_eps", "rows.4.hypotheses", INT),
+    **{
+        f"eps.{i}.{name}": Result("early_stop_eps", f"rows.{row}.{key}", fmt)
+        for i in range(4)
+        for name, row, key, fmt in (
+            ("eps", i, "eps", "{}"),
+            ("parens_read", i, "median_records_read", "{:,g}"),
+            ("parens_within", i, "within_eps", "{:.2%}"),
+            ("sql_read", i + 4, "median_records_read", "{:,g}"),
+            ("sql_within", i + 4, "within_eps", "{:.2%}"),
+        )
+    },
     # docs/findings.md, one notebook per row (notebook 10: three rows)
     **_nb(
         "06_gridworld_cnn",
