@@ -23,6 +23,7 @@ FIGURES: dict[str, Source] = {
     # docs/ray.md: the size of the stored multi-node run
     "ray.records": Result("cluster_nodes", "records", "{:,}"),
     "ray.hidden": Result("cluster_nodes", "hidden", "{:,}"),
+    "ray.hypotheses": Result("cluster_nodes", "hypotheses", INT),
     # docs/benchmarks.md: the machine, the probe run's size, the eps sweep (bench_coverage.py
     # --sweep; rows 0-3 parens, 4-7 SQL, each at eps 0.1, 0.05, 0.025, 0.01)
     "bench.cores": Result("demo", "environment.cores", INT),
