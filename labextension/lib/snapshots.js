@@ -20,6 +20,30 @@ export function snapshotHtml(model) {
   return typeof text === "string" && text.includes("dni-snapshot") ? text : null;
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Whether the output's widget model is missing for good from the manager behind
+ * ``renderer`` (a WidgetRenderer of @jupyter-widgets/jupyterlab-manager, whose manager is
+ * its private ``_manager`` promise): the kernel that held the model is gone. As the
+ * manager's own get_model does, a model gets 2 s to arrive, here counted from the end of
+ * the manager's restore (a kernel restoring its widgets may still send it). "live": the
+ * model is there, or this cannot be told (another renderer); "disposed": the output went. */
+async function modelState(renderer, model) {
+  const id = model.data[WIDGET_VIEW]?.model_id;
+  const delegate = renderer._manager;
+  if (!id || !delegate || !delegate.promise) return "live";
+  const manager = await delegate.promise;
+  if (typeof manager.has_model !== "function") return "live";
+  let since = manager.restoredStatus ? Date.now() : null;
+  while (!(await manager.has_model(id))) {
+    if (renderer.isDisposed) return "disposed";
+    if (since === null && manager.restoredStatus) since = Date.now();
+    if (since !== null && Date.now() - since >= 2000) return "gone";
+    await sleep(since === null ? 500 : 100);
+  }
+  return "live";
+}
+
 class SnapshotOrWidget extends Panel {
   constructor(registry, create, wrappers) {
     super();
@@ -47,6 +71,9 @@ class SnapshotOrWidget extends Panel {
     }
     if (!this._snapshot) {
       this._snapshot = this._registry.createRenderer("text/html");
+      // as the output area marks the text/html it draws itself: JupyterLab's rule for
+      // rendered HTML centres tables, the output area's keeps them left under their title
+      this._snapshot.addClass("jp-OutputArea-output");
       this.insertWidget(0, this._snapshot);
     }
     this._widget.hide();
@@ -78,6 +105,22 @@ class SnapshotOrWidget extends Panel {
   _setWidget() {
     this._factory = this._registry.getFactory(WIDGET_VIEW);
     this._widget = this._create();
+    // The widget renderer logs "widget model not found" as an error once its manager is
+    // restored without the model. Beside a snapshot that is the expected case, not an
+    // error: ask the manager first, and leave the snapshot standing.
+    const widget = this._widget;
+    const render = widget.renderModel.bind(widget);
+    widget.renderModel = async (model) => {
+      if (snapshotHtml(model) !== null) {
+        const state = await modelState(widget, model);
+        if (state === "disposed") return;
+        if (state === "gone") {
+          this.node.dataset.widget = "gone"; // no live model: the snapshot stays
+          return;
+        }
+      }
+      return render(model);
+    };
     this._observer.disconnect();
     this._observer.observe(this._widget.node, { childList: true });
     if (this._snapshot) this._widget.hide();

@@ -5,7 +5,9 @@ The notebook is trusted there, so JupyterLab and Notebook 7 choose the widget vi
 the output's text/html; with the kernel gone the widget renderer would say "model not
 found". The prebuilt extension (``dni_lab/labextension``, source ``labextension/``) shows
 the snapshot instead, and leaves a panel whose model exists live: after a run, and after
-a page reload while the kernel still runs.
+a page reload while the kernel still runs. Reopened, it logs no error for a panel (the
+widget renderer's "widget model not found" is for other widgets only), and a snapshot's
+table sits under its title as in an untrusted notebook (issue 36, 6).
 """
 
 from __future__ import annotations
@@ -57,9 +59,17 @@ WHERE U.layer = 'lstm' AND H.name = 'paren'
 """
 # another library's widget: its renderer behaves as without the extension
 SLIDER = "import ipywidgets\nipywidgets.IntSlider(value=3)"
-# the wrapped widget renderer has given up on the panel's model (its text is hidden)
-GAVE_UP = """() => [...document.querySelectorAll('.dni-snapshot-or-widget')]
-  .some((e) => e.textContent.includes('model not found'))"""
+LAB = "from dni_lab.widgets import Lab\nLab(fin)"
+PANELS = (1, 3)  # the cells whose output is a dni_lab panel
+# the extension has found that the panels' models are gone (the kernel that held them)
+GONE = """(n) => document.querySelectorAll(".dni-snapshot-or-widget[data-widget='gone']")
+  .length === n"""
+# each snapshot table's left edge against its title's (a table centred by JupyterLab's
+# .jp-RenderedHTMLCommon rule sat far right of its title)
+TABLE_OFFSETS = """() => [...document.querySelectorAll('.jp-Notebook .dni-snapshot')]
+  .filter((s) => s.querySelector('table'))
+  .map((s) => s.querySelector('table').getBoundingClientRect().left
+    - s.querySelector('b').getBoundingClientRect().left)"""
 
 
 @pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
@@ -70,7 +80,8 @@ def test_reopened_trusted_notebook_shows_snapshots(tmp_path, shots, app, monkeyp
     shutil.copytree(REPO / "dni_lab" / "labextension",
                     tmp_path / ".jupyter-home" / "data" / "labextensions" / "dni-lab-inspect-sql")
     tests_dir = str(REPO / "tests")
-    nb = write_notebook(tmp_path / "saved.ipynb", [SETUP.format(tests=tests_dir), QUERY, SLIDER])
+    cells = [SETUP.format(tests=tests_dir), QUERY, SLIDER, LAB]
+    nb = write_notebook(tmp_path / "saved.ipynb", cells)
     suffix = "" if app == "jupyterlab" else "_nb7"
     with jupyter_lab(tmp_path, app=app) as server, chromium_page() as page:
         try:
@@ -80,6 +91,8 @@ def test_reopened_trusted_notebook_shows_snapshots(tmp_path, shots, app, monkeyp
             run_cell(page, 1)
             wait_idle(page, 120)
             run_cell(page, 2)
+            wait_idle(page)
+            run_cell(page, 3)
             wait_idle(page)
             _assert_live(page)
             _save(page, nb)
@@ -91,10 +104,12 @@ def test_reopened_trusted_notebook_shows_snapshots(tmp_path, shots, app, monkeyp
             # the kernel gone, the same (trusted) notebook reopened: the snapshot shows
             _shutdown_kernels(server)
             page.goto("about:blank")
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             open_notebook(page, server, nb.name)
             snapshot = page.locator(".jp-Notebook .dni-snapshot").first
             snapshot.wait_for(state="visible", timeout=30_000)
-            page.wait_for_function(GAVE_UP, timeout=60_000)
+            page.wait_for_function(GONE, arg=len(PANELS), timeout=60_000)
             assert snapshot.is_visible()
             assert "done" in snapshot.inner_text()
             assert page.locator(".jp-Notebook .dni-table-panel").count() == 0
@@ -104,6 +119,10 @@ def test_reopened_trusted_notebook_shows_snapshots(tmp_path, shots, app, monkeyp
             page.wait_for_function(
                 "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[2]"
                 ".innerText.includes('model not found')", timeout=30_000)
+            # the slider's renderer logs that once; the two panels log nothing
+            assert len(errors) == 1 and "widget model not found" in errors[0], errors
+            offsets = page.evaluate(TABLE_OFFSETS)
+            assert len(offsets) == 2 and all(abs(x) <= 1 for x in offsets), offsets
             page.screenshot(path=str(shots / f"reopened_trusted{suffix}.png"))
         except BaseException:
             page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
@@ -116,18 +135,19 @@ def _cell(page, index: int):
 
 
 def _assert_live(page) -> None:
-    """Cell 1 shows the live table widget, and no snapshot beside it; cell 2 its slider."""
+    """Cells 1 and 3 show live table widgets, and no snapshot beside them; cell 2 its slider."""
     _cell(page, 2).locator(".widget-slider").first.wait_for(timeout=30_000)
-    cell = _cell(page, 1)
-    cell.locator(".dni-table-panel tbody tr").first.wait_for(timeout=60_000)
+    for i in PANELS:
+        cell = _cell(page, i)
+        cell.locator(".dni-table-panel tbody tr").first.wait_for(timeout=60_000)
+        assert cell.locator(".dni-table-panel").is_visible()
     page.wait_for_function(
         "() => !document.querySelector('.jp-Notebook .dni-snapshot')", timeout=10_000
     )
-    assert cell.locator(".dni-table-panel").is_visible()
 
 
 def _save(page, nb: Path, timeout: float = 30.0) -> None:
-    """Ctrl+S until the file on disk holds cell 1's final snapshot beside its widget."""
+    """Ctrl+S until the file on disk holds the panels' final snapshots beside their widgets."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         page.keyboard.press("Control+s")
@@ -136,19 +156,22 @@ def _save(page, nb: Path, timeout: float = 30.0) -> None:
             if _saved(nb):
                 return
             time.sleep(0.25)
-    raise AssertionError("the saved notebook holds no snapshot of cell 1")
+    raise AssertionError("the saved notebook holds no snapshot of a panel")
 
 
 def _saved(nb: Path) -> bool:
     try:
-        outputs = json.loads(nb.read_text())["cells"][1]["outputs"]
+        cells = json.loads(nb.read_text())["cells"]
+        data = [[o.get("data", {}) for o in cells[i]["outputs"]] for i in PANELS]
     except (OSError, ValueError, IndexError):  # read while the server writes it
         return False
-    data = [o.get("data", {}) for o in outputs]
-    return any(
-        "dni-snapshot" in "".join(d.get("text/html", ""))
-        and "application/vnd.jupyter.widget-view+json" in d
-        for d in data
+    return all(
+        any(
+            "dni-snapshot" in "".join(d.get("text/html", ""))
+            and "application/vnd.jupyter.widget-view+json" in d
+            for d in cell
+        )
+        for cell in data
     )
 
 
