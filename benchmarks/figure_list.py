@@ -44,6 +44,28 @@ FIGURES: dict[str, Source] = {
             ("sql_within", i + 4, "within_eps", "{:.2%}"),
         )
     },
+    # docs/features.md: the sparse-path benchmark (bench_features_sparse.py), the explanations'
+    "fsparse.d_sae": Result("features_sparse", "d_sae", "{:,}"),
+    "fsparse.k": Result("features_sparse", "k", INT),
+    "fsparse.records": Result("features_sparse", "records_per_block", INT),
+    "fsparse.symbols": Result("features_sparse", "symbols_per_record_max", INT),
+    "fsparse.hypotheses": Result("features_sparse", "hypotheses", INT),
+    "fsparse.threads": Result("features_sparse", "threads", INT),
+    "fsparse.cores": Result("features_sparse", "environment.cores", INT),
+    "fsparse.load": Result("features_sparse", "environment.load_average.0", F2),
+    **{
+        f"fsparse.{m}.{key}": Result("features_sparse", f"{m}.{key}", fmt)
+        for m in ("corr", "diffmeans")
+        for key, fmt in (
+            ("dense_s", "{:.3g}"),
+            ("sparse_s", "{:.3g}"),
+            ("ratio", "{:.1f}x"),
+            ("max_score_diff", "{:.1e}"),
+            ("sparse_vs_float64", "{:.1e}"),
+            ("dense_vs_float64", "{:.1e}"),
+        )
+    },
+    "explanations.latents": Result("explanations", "latents", "{:,}"),
     # docs/findings.md, one notebook per row (notebook 10: three rows)
     **_nb(
         "06_gridworld_cnn",
