@@ -54,7 +54,7 @@ CONVERTED = [
         REPO / "docs" / f"{name}.md"
         for name in ("findings", "transformers", "index", "quickstart", "benchmarks", "ray")
     ),
-    *(REPO / "docs" / f"{name}.md" for name in ("features",)),
+    *(REPO / "docs" / f"{name}.md" for name in ("features", "notebooks")),
 ]
 # the pages whose numbers with a unit are checked against ALLOWED: a converted page's too
 PAGES = [README, *(REPO / "docs" / f"{name}.md" for name in MOVED)]
@@ -62,7 +62,6 @@ PAGES += [p for p in CONVERTED if p not in PAGES]
 # ... and the others, with the reason. Strict: a page listed here whose prose has no bare
 # number fails test_not_converted_pages_still_have_bare_numbers, so it moves to CONVERTED.
 NOT_CONVERTED = {
-    "notebooks": "not converted yet (time)",
     "notebook": "not converted yet (time)",
     "queries": "not converted yet (time)",
     "byo_model": "not converted yet (time)",
@@ -81,10 +80,11 @@ STRUCTURAL = [
         # number (an index: changing it changes what is named, not a measured value)
         r"(?:\b[Ii]ssues?|\b[Nn]otebooks?|\btargets?|§|\b[Bb]locks?|\b[Ll]ayers?|\b[Hh]eads?"
         r"|\bepochs?|\bPEP|\bFig\.|\bFigure) ?{N}",
-        # a link whose text is a notebook's number, e.g. [06](notebooks/06_gridworld_cnn.ipynb)
-        r"\[{N}\]",
+        # a link whose text is a notebook's number, e.g. [06](notebooks/06_gridworld_cnn.ipynb),
+        # or its number and title: [06 Grid-world CNN](notebooks/06_gridworld_cnn.ipynb)
+        r"\[{N}\]|\[{N}(?= [A-Z])",
         # a version beside its tool's name
-        r"\b(?:TransformerLens|nnsight|transformer-lens|torch|Python|NeuroX|sae-lens)"
+        r"\b(?:TransformerLens|nnsight|transformer-lens|torch|Python|NeuroX|sae-lens|ipykernel)"
         r" {N}(?:\.\d+)*",
         # a number inside a name: GPT-2, SIGMOD'19, block N-1
         r"[A-Za-z]-{N}|'{N}\b",
@@ -282,3 +282,5 @@ def test_the_scan_catches_any_bare_number():
     marked = "<!-- prose -->k = 8<!-- /prose -->, r <!-- fig:nb10.lstm_r -->0.76<!-- /fig -->"
     assert bare_numbers(marked) == []
     assert bare_numbers("within 1e-6 of it") and bare_numbers("1. first\n") == []
+    assert bare_numbers("[06 Grid-world CNN](n/06.ipynb), ipykernel 7") == []
+    assert bare_numbers("[10 records](x.md)")  # a link's text that is not a title
