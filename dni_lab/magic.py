@@ -6,11 +6,13 @@ that shows the position, a caret and suggestions, not a traceback.
 In a kernel an INSPECT query runs in the background: the cell ends at once and
 shows a live score table that works while the run streams (Stop, paging,
 sorting, selection), and the kernel is free for other cells. ``-o NAME`` is bound
-at once to the run handle (:class:`~dni_lab.backend.query.QueryRun`: ``.frame``
-is the INSPECT frame so far, ``.cancel()`` stops it) and rebound to the query's
-result frame when the run ends (the partial result after Stop). A later cell that
-names ``NAME`` first waits for the run, so a notebook run top to bottom (Run All,
-nbconvert, nbval) sees the final frame; interrupting the kernel while it waits
+to the query's result frame when the run ends (the partial result after Stop), and a
+later cell that names ``NAME`` first waits for the run: every cell that names it sees a
+Polars frame, so a notebook run top to bottom (Run All, nbconvert, nbval) sees the final
+frame. (Until the end the name holds the run handle,
+:class:`~dni_lab.backend.query.QueryRun`, seen only by code that does not name it; for
+the live INSPECT frame, ``run.frame``, start the query with ``dl.query(...,
+background=True)``.) Interrupting the kernel while a cell waits
 stops the run and binds the partial result. ``--wait`` runs in the foreground (the
 cell's result is the frame); in a terminal that is the only mode, and an
 interrupt there also keeps the partial result. A partial result (Stop, ``cancel()``,
@@ -218,7 +220,7 @@ class InspectMagics(RunWaiting, Magics):
         from IPython.display import display
 
         view = live_display(run)
-        _note(view, f"bound to {name} when the run ends" if name else "run.result()")
+        _note(view, _bound_note(name) if name else "run.result()")
         display(view)
         ns = self.shell.user_ns
         if name:
@@ -239,6 +241,14 @@ class InspectMagics(RunWaiting, Magics):
         run.on_block(on_end)
         if run.done:  # it ended before the callback was registered
             on_end(run)
+
+
+def _bound_note(name: str) -> str:
+    """Where the result goes, and what ``name`` is until then (the table's header says it)."""
+    return (
+        f"bound to {name} when the run ends: a cell that names {name} waits for that and "
+        f"gets the frame (until then {name} holds the run's handle)"
+    )
 
 
 def _note(view: Any, result: str) -> None:

@@ -274,8 +274,11 @@ def kernel(session, monkeypatch):
     return ip
 
 
-def test_background_cell_returns_at_once_and_binds_the_run_then_the_frame(kernel):
+def test_background_cell_returns_at_once_and_binds_the_run_then_the_frame(kernel, monkeypatch):
     ip = kernel
+    shown = []
+    real = magic.live_display
+    monkeypatch.setattr(magic, "live_display", lambda run: shown.append(real(run)) or shown[-1])
     t0 = time.perf_counter()
     result = ip.run_cell("%%inspect -o res --eps none --block-size 8\n" + SLOW_QUERY)
     assert result.success and result.result is None
@@ -284,6 +287,11 @@ def test_background_cell_returns_at_once_and_binds_the_run_then_the_frame(kernel
     assert isinstance(run, QueryRun) and not run.done
     ip.run_cell("other = 1 + 1")  # a cell that does not name res does not wait
     assert not run.done and ip.user_ns["other"] == 2
+    # the table's header says both states of res (issue 36, 6): a frame for every cell that
+    # names it, the run's handle before that
+    note = shown[0].note
+    assert "bound to res when the run ends: a cell that names res waits" in note
+    assert "until then res holds the run's handle" in note
     ip.run_cell("n = res.height")  # this one does: it sees the final frame
     assert run.done and isinstance(ip.user_ns["res"], pl.DataFrame)
     assert ip.user_ns["n"] == ip.user_ns["res"].height == N_UNITS  # the LSTM's units
