@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml | $(PY)
 	@# torch first: the pinned CPU build, so no resolver pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	@# Vega bundled for offline charts once, here, not in a user's first kernel (1-2 s)
+	$(PY) -c "from dni_lab.widgets.vega import offline; offline()"
 	@$(MAKE) --no-print-directory system-packages
 	touch $(STAMP)
 

@@ -47,6 +47,11 @@ def _peer(name: str):
         ours = secs(p["logreg_measure_s"])
         if p["training_rows"] < p["symbols"]:  # the probe fit a sample, and so did the peer
             ours += f" (both fit {p['training_rows']:,} of {p['symbols']:,} symbols)"
+        if "ours_s" in s:  # timed on the same hypotheses: no extrapolation
+            t = s["threads"]
+            ours = f"{secs(s['ours_s'])} ({s['fitted']} hyps, {t['ours']} thread)"
+            base = f"{secs(s['seconds'])} ({s['fitted']} hyps fitted, {t['liblinear']} thread)"
+            return ours, base, f"{times(s['ratio'])} faster; max |ΔF1| {s['max_abs_f1_diff']:.3f}"
         base = f"{secs(s['total_s'])} ({s['fitted']} of {p['hypotheses']} fitted, extrapolated"
         base += f"; {s['epochs']} epochs)" if "epochs" in s else ")"
         ratio = f"{times(s['total_s'] / p['logreg_measure_s'])} faster; max |ΔF1| "
@@ -55,8 +60,14 @@ def _peer(name: str):
     return cells
 
 
+def _peer_speedup(s: dict, p: dict) -> float:
+    """The baseline's time over ours: on the same hypotheses where both were timed on them,
+    else the baseline's extrapolated to all hypotheses over our run on all of them."""
+    return s["ratio"] if "ratio" in s else s["total_s"] / p["logreg_measure_s"]
+
+
 def _peer_targets(name: str) -> tuple[Target, ...]:
-    return (Target("", ">=", 20, "×", lambda p: p[name]["total_s"] / p["logreg_measure_s"]),
+    return (Target("", ">=", 20, "×", lambda p: _peer_speedup(p[name], p)),
             Target("|ΔF1| ", "<=", 0.01, "", lambda p: p[name]["max_abs_f1_diff"]))  # fmt: skip
 
 
