@@ -95,7 +95,8 @@ def test_torchscript_is_refused_before_a_record_is_read(report):
 
 
 def test_the_docs_table_is_this_run(report):
-    """docs/byo_model.md's pretrained rows are the counts this run measured."""
+    """docs/byo_model.md's pretrained rows are the version, counts and user lines this run
+    measured (tests/test_readme_numbers.py leaves the table, between its markers, to this)."""
     text = (ROOT / "docs" / "byo_model.md").read_text(encoding="utf-8")
     for key, label in [("resemblyzer", "VoiceEncoder"), ("minilm", "all-MiniLM-L6-v2"),
                        ("alienx", "Darcy operator"), ("silero", "silero VAD")]:  # fmt: skip
@@ -105,3 +106,5 @@ def test_the_docs_table_is_this_run(report):
         row = next(line for line in text.splitlines() if line.startswith(f"| {label} "))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2:5] == [str(model["modules"]), str(equal), str(named)], (label, cells)
+        assert cells[5] == str(model["user_lines"]), (label, cells)
+        assert f"`{model['package']}` {model['version']})" in cells[0], (label, cells)
