@@ -49,7 +49,7 @@ function render({ model, el }) {
   const foot = h("div", { class: "dni-bar" });
   root.append(bar, cols, info, foot);
 
-  function setOrder(o) { model.set("_order", o); model.set("_page_index", 0); model.save_changes(); }
+  function setOrder(o) { setTraits(model, { _order: o, _page_index: 0 }); }
 
   function draw() {
     const lay = model.get("_layout") || {};
@@ -68,7 +68,7 @@ function render({ model, el }) {
           const s = model.get("selection");
           const pinned = model.get("pinned") || [];
           if (s && selKey(s) && !pinned.some((p) => selKey(p) === selKey(s))) {
-            model.set("pinned", [...pinned, s]); model.save_changes();
+            setTraits(model, { pinned: [...pinned, s] });
           }
         } }, "pin"),
       // change the unit from here: the neighbours in its layer (the table follows)
@@ -93,8 +93,7 @@ function render({ model, el }) {
           m.hid ? h("span", { class: "dni-muted" }, `vs ${m.hid}`) : null,
           legend(m.scale, `scale: ${m.scale_of}`),
           pinned ? h("button", { class: "dni-btn", title: "unpin", onclick: () => {
-            model.set("pinned", (model.get("pinned") || []).filter((p) => selKey(p) !== m.key));
-            model.save_changes();
+            setTraits(model, { pinned: (model.get("pinned") || []).filter((p) => selKey(p) !== m.key) });
           } }, "×") : null);
         const body = h("div", { class: "dni-unit-body", "data-unit": u });
         body.innerHTML = unitColumn(lay, u, vals, sigs);
@@ -102,7 +101,7 @@ function render({ model, el }) {
       }));
     }
     foot.replaceChildren(
-      pager(lay.page || 0, lay.n_pages || 1, (i) => { model.set("_page_index", i); model.save_changes(); }),
+      pager(lay.page || 0, lay.n_pages || 1, (i) => setTraits(model, { _page_index: i })),
       h("span", { class: "dni-muted" }, `${fmt(lay.n_records || 0)} records`),
     );
     stamp(root, lay.sent_at);
