@@ -17,6 +17,43 @@ def _nb(stem: str, prefix: str, **fmts: str) -> dict[str, Source]:
     return {f"{prefix}.{key}": Notebook(stem, key, fmt) for key, fmt in fmts.items()}
 
 
+def _models() -> dict[str, Source]:
+    """docs/models.md: each seed model's sizes and accuracies, read from the model store by
+    benchmarks/model_figures.py (``models.json``: one entry per model id, e.g. ``sql_quick``)."""
+    lstm = {"hidden": INT, "n_train": "{:,}", "epochs": INT, "accuracy": F3}
+    lstm |= {"baseline_majority": F3, "baseline_bigram": F3}
+    spec = {**lstm, "n_units_s": INT, "weight": "{:g}"}
+    spec |= {"r_outside_max": F2, **{f"r_in_s.{i}": F2 for i in range(4)}}
+    grid = {"train_episodes": INT, "epochs": INT, "channels": INT, "accuracy": F2, "majority": F2}
+    gpt2 = {k: INT for k in ("n_layer", "n_embd", "n_head", "epochs")}
+    gpt2 |= {"n_train": "{:,}", "accuracy": F3, "majority": F3}
+    keys: dict[str, dict[str, str]] = {}
+    for v in ("quick", "full"):
+        keys[f"sql_{v}"] = {**lstm, "n_queries": "{:,}", "last_char_accuracy": F3}
+        keys[f"sql512_{v}"] = {**lstm, "n_queries": "{:,}", "last_char_accuracy": F3}
+        keys[f"parens_{v}"] = dict(lstm)
+        keys[f"arith_{v}"] = {**lstm, "type_accuracy": F3}
+        keys[f"specialized_{v}"] = dict(spec)
+        keys[f"boolean_{v}"] = dict(lstm)
+        keys[f"pysource_{v}"] = {**lstm, "max_chars": "{:,}", "files": INT}
+        keys[f"gridworld_{v}"] = dict(grid)
+        keys[f"gpt2_{v}"] = dict(gpt2)
+    keys["specialized_quick"] |= {f"units.{i}": INT for i in range(4)}
+    keys["boolean_full"] |= {"length": INT, "p_true_all_false": F2}
+    keys["flee_full"] = {**grid, "accuracy": F3, "majority": F3, "blind_accuracy": F3}
+    keys["flee_quick"] = {**grid, "ghost_erased_accuracy": F2}
+    for name in ("seed1", "seed2", "depth_s8", "depth_w02", "inside", "paren", "paren_w0"):
+        keys[f"specialized_{name}"] = {k: F2 for k in ("r_in_s_min", "r_in_s_max", "r_outside_max")}
+    keys["specialized_depth_s8"]["n_units_s"] = INT
+    keys["specialized_depth_w02"]["weight"] = "{:g}"
+    keys["specialized_paren_w0"]["weight"] = "{:g}"
+    return {
+        f"models.{m}.{k}": Result("models", f"models.{m}.{k}", fmt)
+        for m, ks in keys.items()
+        for k, fmt in ks.items()
+    }
+
+
 FIGURES: dict[str, Source] = {
     # docs/quickstart.md: where the demo's probe stopped reading
     "demo.probe_records_read": Result("demo", "probe_records_read", "{:,}"),
@@ -66,6 +103,7 @@ FIGURES: dict[str, Source] = {
         )
     },
     "explanations.latents": Result("explanations", "latents", "{:,}"),
+    **_models(),
     # docs/findings.md, one notebook per row (notebook 10: three rows)
     **_nb(
         "06_gridworld_cnn",
