@@ -314,10 +314,12 @@ def test_every_checked_table_is_marked_and_its_test_exists(name):
     assert f"def {func}" in (REPO / path).read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name", sorted(NOT_CONVERTED))
-def test_not_converted_pages_still_have_bare_numbers(name):
-    # strict: a page whose prose has no bare number left belongs in CONVERTED
-    assert bare_numbers((REPO / "docs" / f"{name}.md").read_text(encoding="utf-8"))
+def test_not_converted_pages_still_have_bare_numbers():
+    # strict: a page whose prose has no bare number left belongs in CONVERTED (every page
+    # is converted today: a page listed again must hold the numbers it is listed for)
+    done = [n for n in NOT_CONVERTED
+            if not bare_numbers((REPO / "docs" / f"{n}.md").read_text(encoding="utf-8"))]
+    assert done == [], f"converted, so no longer NOT_CONVERTED: {done}"
 
 
 def test_the_scan_catches_any_bare_number():
