@@ -160,3 +160,18 @@ def test_the_live_table_and_its_snapshot_write_numbers_alike():
     assert all(s == "—" or re.fullmatch(r"-?\d+\.\d{3}", s) for s in scored)
     assert counted(1, "unit") == "1 unit" and counted(3621, "row") == "3,621 rows"
     assert cell_text(float("inf")) == "—" and cell_text(True) == "✓" and cell_text(12) == "12"
+
+
+def test_a_narrow_table_also_hides_id_columns_with_one_value_and_says_it_once():
+    one = pl.DataFrame({"mid": ["m"] * 4, "uid": [1, 2, 3, 4], "layer": ["lstm"] * 4,
+                        "unit": [0, 1, 2, 3], "hid": ["a", "b", "a", "b"],
+                        "measure": ["corr"] * 4, "unit_score": [0.1, 0.2, 0.3, 0.4]})  # fmt: skip
+    page = ScoreTable(one)._page
+    assert page["constant"] == {"mid": "m", "layer": "lstm", "measure": "corr"}
+    assert page["auto_hide"] == ["uid", "mid", "layer", "measure"]
+    # two models, a null, or a single row: nothing is constant
+    two = one.with_columns(mid=pl.Series(["m", "n", "m", "n"]))
+    assert "mid" not in ScoreTable(two)._page["constant"]
+    null = one.with_columns(layer=pl.Series(["lstm", None, "lstm", "lstm"]))
+    assert "layer" not in ScoreTable(null)._page["constant"]
+    assert ScoreTable(one.head(1))._page["constant"] == {}

@@ -109,6 +109,8 @@ function render({ model, el }) {
     onclick: () => model.send({ type: "export", format: f }) }, `⤓ ${f}`);
   const errorEl = h("div", { class: "dni-error", style: { flexBasis: "100%" } });
   const noteEl = h("div", { class: "dni-muted dni-note", style: { flexBasis: "100%" } });
+  // hidden columns that hold one value in every row, said once (e.g. one model, one layer)
+  const constEl = h("div", { class: "dni-muted dni-constant", style: { flexBasis: "100%" } });
   const bestBtn = h("button", {
     class: "dni-btn dni-best", title: "per model, hypothesis and measure, the row with the "
       + "largest |unit_score| among the rows the filter keeps",
@@ -122,7 +124,7 @@ function render({ model, el }) {
     } }, "columns ▾");
   head.append(h("span", { class: "dni-title" }, "Scores"), stateEl, progressEl, stopBtn, filter,
     bestBtn, h("span", { class: "dni-col-anchor" }, colsBtn, menuHolder),
-    exp("parquet"), exp("csv"), noteEl, errorEl);
+    exp("parquet"), exp("csv"), noteEl, constEl, errorEl);
   let autoHidden = false;
   const scroller = makeScroller(model, body, root, drawRow, fillRow);
 
@@ -200,10 +202,19 @@ function render({ model, el }) {
     stamp(root, page.sent_at);
     root.dataset.seq = String(page.seq || 0);
     autoHide();
+    drawConstant(page);
   }
 
-  // A narrow table hides the unit id (it repeats layer and unit) until the person chooses
-  // columns; once, so that showing it again holds. Checked again once laid out (the first
+  function drawConstant(page) {
+    const hidden = new Set(page.hidden || []);
+    const said = Object.entries(page.constant || {}).filter(([c]) => hidden.has(c));
+    constEl.textContent = said.length
+      ? "every row: " + said.map(([c, v]) => `${c} ${v}`).join(" · ") : "";
+    constEl.style.display = said.length ? "" : "none";
+  }
+
+  // A narrow table hides the unit id (it repeats layer and unit) and the id columns with one
+  // value in every row (said once above the table) until the person chooses columns; once, so that showing it again holds. Checked again once laid out (the first
   // draw may come before the panel is attached).
   function autoHide() {
     const page = model.get("_page") || {};

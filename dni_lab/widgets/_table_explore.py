@@ -27,6 +27,23 @@ MAX_WINDOW = 500
 #: Columns the browser hides by itself on a narrow table until the person chooses: the
 #: unit id repeats what layer and unit say.
 AUTO_HIDE = ("uid",)
+#: Id columns a narrow table also hides when every row of the frame has one value (one
+#: model, one layer, one measure): the header says the value once instead ("every row:").
+CONSTANT_IDS = ("mid", "epoch", "layer", "measure")
+
+
+def constant_columns(frame: pl.DataFrame, cols: list[str]) -> dict[str, str]:
+    """``{column: value}`` for the columns of :data:`CONSTANT_IDS` among ``cols`` whose
+    every row of ``frame`` holds one non-null value (a frame of one row says nothing)."""
+    if frame.height < 2:
+        return {}
+    out = {}
+    for c in CONSTANT_IDS:
+        if c in cols and c in frame.columns:
+            s = frame[c]
+            if s.null_count() == 0 and s.n_unique() == 1:
+                out[c] = cell_text(s[0])
+    return out
 
 
 def best_per_hypothesis(frame: pl.DataFrame, score: str = "unit_score") -> pl.DataFrame:

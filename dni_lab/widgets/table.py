@@ -18,7 +18,7 @@ from ._base import Panel, as_selection, esm, selection_key
 from ._format import counted
 from ._paging import apply_filter, apply_sort, next_sort, row_keys
 from ._status import QUERY_NOTE, progress_line
-from ._table_explore import AUTO_HIDE, best_per_hypothesis, window
+from ._table_explore import AUTO_HIDE, best_per_hypothesis, constant_columns, window
 from ._table_view import (
     DEFAULT_COLUMNS,
     DEFAULT_SORT,
@@ -334,8 +334,10 @@ class ScoreTable(Panel):
     def _push_page(self) -> None:
         self._seq += 1
         every = shown_columns(self._view, self._columns)
+        constant = constant_columns(self._frame, every)
         explore = {"all_columns": every, "hidden": self._hidden, "best": self._best,
-                   "auto_hide": [c for c in AUTO_HIDE if c in every]}  # fmt: skip
+                   "auto_hide": [c for c in AUTO_HIDE if c in every] + list(constant),
+                   "constant": constant}  # fmt: skip
         page = build_page(self._view, self._page_index, self.page_size,
                           self._shown_columns(), self._sort, self._seq, explore)
         self._last_push = time.perf_counter()

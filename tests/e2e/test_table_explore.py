@@ -87,7 +87,9 @@ SNAP_ROWS = """() => [...document.querySelectorAll('.dni-snapshot table tr')].sl
 
 
 def test_a_table_worth_exploring_in(tmp_path, shots):
-    nb = write_notebook(tmp_path / "explore.ipynb", [SETUP, SNAPSHOT, "ScoreTable(f)"])
+    one = ('ScoreTable(f.filter(pl.col("mid") == "a", pl.col("layer") == "lstm", '
+           'pl.col("measure") == "corr"))')  # one model, layer and measure
+    nb = write_notebook(tmp_path / "explore.ipynb", [SETUP, SNAPSHOT, "ScoreTable(f)", one])
     with jupyter_lab(tmp_path) as server, chromium_page() as page:
         try:
             result = _drive(page, server, nb, shots)
@@ -167,8 +169,23 @@ def _drive(page, server, nb, shots) -> dict:
     wrap = narrow.locator(".dni-table-wrap").evaluate(
         "(w) => ({client: w.clientWidth, scroll: w.scrollWidth})")
     narrow.screenshot(path=str(shots / "table_narrow.png"))
+    # one model, layer and measure: those columns go too, said once above the table (no
+    # wait_idle here: the indicator hides at this width; the cell above has drawn its table)
+    run_cell(page, 3)
+    single = page.locator(".dni-table-panel").nth(2)
+    single.locator("tbody tr").first.wait_for(timeout=60_000)
+    said = single.locator(".dni-constant")
+    said.wait_for(state="visible", timeout=15_000)
+    assert said.inner_text() == "every row: mid a · layer lstm · measure corr", said.inner_text()
+    for col in ("mid", "layer", "measure", "uid"):
+        assert single.locator(f"th[data-col='{col}']").count() == 0, col
+    assert single.locator("th[data-col='hid']").count() == 1
+    one_wrap = single.locator(".dni-table-wrap").evaluate(
+        "(w) => ({client: w.clientWidth, scroll: w.scrollWidth})")
+    single.screenshot(path=str(shots / "table_narrow_single.png"))
     return {
         "narrow_width_px": wrap["client"], "narrow_content_px": wrap["scroll"],
+        "narrow_single_content_px": one_wrap["scroll"],
         "first_paint_ms": round(max(d["ms"] for d in first), 2),
         "scroll_draws": len(draws),
         "scroll_draw_median_ms": round(median(draws), 2),
