@@ -134,6 +134,11 @@ def initial_weights(p: Problem) -> torch.Tensor:
     return W
 
 
+class Stopped(Exception):
+    """A Stop came while the Hessians were being gathered: they are not used (the caller
+    stops), so the gathering ends there instead of after every fold."""
+
+
 def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch.Generator):
     """``(len(cols), d, d)`` Hessian of each column's mean log-loss, from about ``k`` rows.
 
@@ -161,6 +166,8 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
     G = torch.zeros(len(outs), folds, d, d, device=Z.device)
     kf = max(1, k // folds)
     for g in range(folds):
+        if stop_requested():  # a fold's share takes a tenth of a second or more on wide runs
+            raise Stopped
         rows = (p.row_fold == g).nonzero().squeeze(1)
         if len(rows) == 0:
             continue
@@ -222,7 +229,9 @@ def _face_step(
     pinned = torch.zeros_like(free)
     step = torch.empty_like(W)
     todo = torch.arange(W.shape[1], device=W.device)  # columns whose pinned set changed
-    for _ in range(rounds):
+    for r in range(rounds):
+        if r and stop_requested():  # the caller stops before using the step
+            break
         sel = slice(None) if len(todo) == W.shape[1] else todo  # all: views, no copies
         Ht, Wt, pt = H[sel], W[:, sel], pinned[:, sel]
         f = (free[:, sel] & ~pt).T.to(H.dtype)  # (c, d)
@@ -289,7 +298,10 @@ def newton(
         g = _gradient(q, Za)
         free, s, pg = _orthant(Wa, g, q.lam)
         if stale >= refresh:
-            H = hessians(q, every, Za, hessian_rows, gen)
+            try:
+                H = hessians(q, every, Za, hessian_rows, gen)
+            except Stopped:
+                break
             stale = 0
         stale += 1
         if stop_requested():  # the Hessians took a while: check before the step
@@ -297,6 +309,8 @@ def newton(
         damp = mu[active] * pg.norm(dim=0).sqrt() + 1e-8
         step = _face_step(H + torch.diag_embed(damp[:, None].expand(-1, d)),
                           pg, Wa, free, s)  # fmt: skip
+        if stop_requested():  # the step's solves took a while: stop before evaluating it
+            break
         # the Newton estimate of the distance to the optimum, before any line search
         # (an intercept beyond ±10 predicts the same everywhere: a hypothesis that is
         # almost never true drifts it towards -inf by ever smaller objective gains)

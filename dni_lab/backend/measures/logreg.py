@@ -34,7 +34,7 @@ import torch
 
 from ..errors import MeasureError
 from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
-from ._newton import Problem, hessians, initial_weights, newton
+from ._newton import Problem, Stopped, hessians, initial_weights, newton
 from ._probe_error import (
     Checkpoint,
     coef_and_se,
@@ -358,10 +358,15 @@ class LogReg(Measure):
             coef, coef_ij = pick_per_unit(load, load_se, state.out_hyp, n_h)
             coef_se = np.zeros_like(coef)
         else:
-            H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z, self.hessian_rows,
-                         torch.Generator().manual_seed(1))  # fmt: skip
-            delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
-                              state.group, self.groups)  # fmt: skip
+            delta = None  # after a Stop: no record-group error (the run is partial anyway)
+            try:
+                if not stop_requested():
+                    H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z,
+                                 self.hessian_rows, torch.Generator().manual_seed(1))  # fmt: skip
+                    delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
+                                      state.group, self.groups)  # fmt: skip
+            except Stopped:
+                pass
             coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp,
                                                  n_h, delta)  # fmt: skip
         open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
