@@ -11,6 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
 from dni_lab.backend.measures import _newton
+from dni_lab.backend.measures._probe_error import influence
 from dni_lab.backend.measures.base import HypothesisInfo, stop_check
 from dni_lab.backend.measures.logreg import LogReg, record_codes
 
@@ -252,6 +253,10 @@ def test_a_stop_during_the_hessians_or_the_step_solves_ends_the_fit_there(monkey
     Z = _newton.logits(problem.X, s.W)
     with stop_check(lambda: True), pytest.raises(_newton.Stopped):
         _newton.hessians(problem, torch.arange(s.W.shape[1]), Z, 64, torch.Generator())
+    # ... as does the checkpoint's record-group error pass
+    Hs = _newton.hessians(problem, torch.arange(s.W.shape[1]), Z, 64, torch.Generator())
+    with stop_check(lambda: True), pytest.raises(_newton.Stopped):
+        influence(problem.X, s.W, Z, problem.Y, problem.w_row, Hs, s.group, m.groups)
     # ... and the step's solves after their first round: every slope of this step crosses
     # zero, so without a Stop a second round solves again with them pinned
     d, c = 5, 3

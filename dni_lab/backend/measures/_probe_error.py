@@ -34,6 +34,9 @@ import numpy as np
 import torch
 from scipy.special import stdtrit
 
+from ._newton import Stopped
+from .base import stop_requested
+
 
 @dataclass
 class Checkpoint:
@@ -112,6 +115,8 @@ def influence(
     r = (torch.sigmoid(Z) - Y) * w_row  # (c, n)
     S = torch.zeros(n_groups, *W.shape[::-1], dtype=torch.float64, device=X.device)
     for g in range(n_groups):
+        if stop_requested():  # a pass over every row read: after a Stop no error is kept
+            raise Stopped
         rows = (group == g).nonzero().squeeze(1)
         if len(rows):
             S[g] = (r[:, rows] @ X[rows]).double()
