@@ -15,7 +15,6 @@ import polars as pl
 from ..backend.engine.run import Run
 from ._paging import n_pages, page_payload
 from ._status import run_status
-from ._table_explore import histograms
 
 # Shown by default; other columns of the frame (e.g. `epoch` from a query) follow them.
 DEFAULT_COLUMNS = (
@@ -70,8 +69,9 @@ def build_page(
 
     ``page_size`` 0 scrolls through all rows: the payload holds the first window
     (``n_rows`` says how many there are) and the browser asks for others
-    (:func:`~._table_explore.window`). ``explore`` (the columns menu, the best-unit view)
-    is passed on; each shown numeric column gets its histogram (``hist``).
+    (:func:`~._table_explore.window`). ``explore`` (the columns menu, the best-unit view,
+    each shown numeric column's histogram ``hist``: summaries of the view, computed once
+    per view by the caller, not per page) is passed on.
     """
     if page_size > 0:
         page = page_payload(view, page_index, page_size, cols)
@@ -83,7 +83,6 @@ def build_page(
     page["n_rows"] = view.height
     page["sort"] = effective_sort(own_sort)
     page["default_sort"] = not own_sort
-    page["hist"] = histograms(view, page["columns"])
     page.update(explore or {})
     page["seq"] = seq
     page["sent_at"] = time.time() * 1000.0

@@ -18,7 +18,13 @@ from ._base import Panel, as_selection, esm, selection_key
 from ._format import counted
 from ._paging import apply_filter, apply_sort, next_sort, row_keys
 from ._status import QUERY_NOTE, progress_line
-from ._table_explore import AUTO_HIDE, best_per_hypothesis, constant_columns, window
+from ._table_explore import (
+    AUTO_HIDE,
+    best_per_hypothesis,
+    constant_columns,
+    histograms,
+    window,
+)
 from ._table_view import (
     DEFAULT_COLUMNS,
     DEFAULT_SORT,
@@ -92,6 +98,7 @@ class ScoreTable(Panel):
         self._seq = 0
         self._frame: pl.DataFrame = pl.DataFrame()
         self._view: pl.DataFrame = pl.DataFrame()
+        self._explore: dict[str, Any] = {}  # the view's summaries (_refresh)
         self._error = ""
         self.run: Run | None = None
         self._stop_requested = False
@@ -323,6 +330,13 @@ class ScoreTable(Panel):
             except ValueError as exc:
                 self._error = self._error or str(exc)
         self._view = apply_sort(view, self._effective_sort())
+        # the view's summaries, once per view (a page change sends them again as they are)
+        every = shown_columns(self._view, self._columns)
+        constant = constant_columns(self._frame, every)
+        self._explore = {"all_columns": every, "hidden": self._hidden, "best": self._best,
+                         "auto_hide": [c for c in AUTO_HIDE if c in every] + list(constant),
+                         "constant": constant,
+                         "hist": histograms(self._view, self._shown_columns())}  # fmt: skip
         self._push_page()
 
     def _effective_sort(self) -> list[Any]:
@@ -333,13 +347,8 @@ class ScoreTable(Panel):
 
     def _push_page(self) -> None:
         self._seq += 1
-        every = shown_columns(self._view, self._columns)
-        constant = constant_columns(self._frame, every)
-        explore = {"all_columns": every, "hidden": self._hidden, "best": self._best,
-                   "auto_hide": [c for c in AUTO_HIDE if c in every] + list(constant),
-                   "constant": constant}  # fmt: skip
         page = build_page(self._view, self._page_index, self.page_size,
-                          self._shown_columns(), self._sort, self._seq, explore)
+                          self._shown_columns(), self._sort, self._seq, self._explore)
         self._last_push = time.perf_counter()
         with self.hold_sync():
             self._page = page
