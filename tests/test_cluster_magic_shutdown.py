@@ -11,8 +11,6 @@ are in ``test_cluster_shutdown.py``.
 from __future__ import annotations
 
 import json
-import queue
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 pytest.importorskip("ipykernel")
 pytest.importorskip("ray")
 from jupyter_client.manager import start_new_kernel
+from test_cell_await import _iopub_until
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = 400
@@ -48,22 +47,19 @@ def _run(kc, code: str, timeout: float = 300) -> str:
     """Execute ``code``; return its stdout; fail with the kernel's error if it raised."""
     msg_id = kc.execute(code, allow_stdin=False)
     out: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
+
+    def ended(msg: dict) -> bool:  # collects the cell's stdout on the way to its idle
         if msg["parent_header"].get("msg_id") != msg_id:
-            continue
+            return False
         kind, content = msg["msg_type"], msg["content"]
         if kind == "stream" and content["name"] == "stdout":
             out.append(content["text"])
         elif kind == "error":
             pytest.fail(f"{code!r} raised {content['ename']}: {content['evalue']}")
-        elif kind == "status" and content["execution_state"] == "idle":
-            return "".join(out)
-    pytest.fail(f"{code!r} did not finish in {timeout} s")
+        return kind == "status" and content["execution_state"] == "idle"
+
+    _iopub_until(kc, ended, timeout)
+    return "".join(out)
 
 
 @pytest.mark.slow
