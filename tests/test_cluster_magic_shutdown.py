@@ -55,7 +55,8 @@ def _run(kc, code: str, timeout: float = 300) -> str:
         if kind == "stream" and content["name"] == "stdout":
             out.append(content["text"])
         elif kind == "error":
-            pytest.fail(f"{code!r} raised {content['ename']}: {content['evalue']}")
+            tb = "\n".join(content.get("traceback", []))  # the kernel's, so CI says where
+            pytest.fail(f"{code!r} raised {content['ename']}: {content['evalue']}\n{tb}")
         return kind == "status" and content["execution_state"] == "idle"
 
     _iopub_until(kc, ended, timeout)

@@ -32,6 +32,7 @@ process died, are read again by workers and handed over again in order
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -110,6 +111,9 @@ class ProbeLink:
         self._pending: list[Any] = []  # updates not yet seen to succeed
         self._log: list[tuple[dict[int, int], Any]] = []  # per shard fed: stops, check
         self._told: set[int] = set()  # stopped states the holder knows of
+        # The run's thread feeds and the notebook's thread asks for frames: both read and
+        # clear ``_pending``, and a list cleared while Ray's get walks it fails in Ray
+        self._lock = threading.RLock()
         self.closed = False
         specs = [(i, insp.states[i].measure, len(insp.states[i].columns)) for i in held]
         # with early stopping the holder checks its states after each block (those with
@@ -135,11 +139,12 @@ class ProbeLink:
         check = None
         if self.checks and insp._checks():
             check = (insp.params.eps, insp.params.confidence, insp.progress.records_read)
-        index = len(self._log)
-        self._log.append((stops, check))
         check_ray(self.ray)
-        ref = self.holder.update.remote(self.run, index, blocks, stops, check)
-        self._pending.append(ref)
+        with self._lock:
+            index = len(self._log)
+            self._log.append((stops, check))
+            ref = self.holder.update.remote(self.run, index, blocks, stops, check)
+            self._pending.append(ref)
         if check is None:
             return
         while not self._ready(ref):
@@ -159,11 +164,15 @@ class ProbeLink:
     def _get(self, ref: Any, again: Callable[[], Any]) -> Any:
         """``ref``'s value, after the earlier updates succeeded; the holder rebuilt
         (and ``again()`` asked instead) where blocks or the holder were lost."""
+        with self._lock:  # one thread at a time checks (and rebuilds) the holder
+            return self._get_locked(ref, again)
+
+    def _get_locked(self, ref: Any, again: Callable[[], Any]) -> Any:
         errors = self.ray.exceptions
         for attempt in range(_REBUILDS + 1):
             check_ray(self.ray)
             try:
-                done = self.ray.get(self._pending)  # an update's error, in the order it happened
+                done = self.ray.get(list(self._pending))  # an update's error, in order
                 out = self.ray.get(ref)
                 if any(isinstance(x, str) for x in [*done, out]):  # GAP: shards missing
                     raise _Lost("an update found an earlier shard missing")
