@@ -11,9 +11,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
 from dni_lab.backend.measures import _newton
-from dni_lab.backend.measures._probe_error import influence
+from dni_lab.backend.measures._probe_error import confusion_by_group, f1_and_se, influence
 from dni_lab.backend.measures.base import HypothesisInfo, stop_check
-from dni_lab.backend.measures.logreg import LogReg, record_codes
+from dni_lab.backend.measures.logreg import LogReg, record_codes, record_groups
 
 R, T, NU = 400, 20, 12
 
@@ -119,8 +119,9 @@ def test_error_waits_for_a_converged_fit_at_half_the_records_then_bounds_the_ful
         peeks.append(m.peek(s))
         errs.append(peeks[-1].err[:, :3])
     assert np.isnan(errs[0]).all()  # no checkpoint at half the records yet
-    assert np.isfinite(errs[-1]).all()
-    assert np.nanmax(errs[-1]) < np.nanmax(errs[1])  # the error shrinks as records come
+    assert np.isnan(errs[1]).all()  # one checkpoint with an error: not yet two
+    assert np.isfinite(errs[3]).all() and np.isfinite(errs[-1]).all()
+    assert np.nanmax(errs[-1]) < np.nanmax(errs[3])  # the error shrinks as records come
     # the scores at half the records lie within their error of the fit on every record
     # (other records: the gap is real, and an error a third as wide fails this)
     half, full = peeks[3], m.result(s)
@@ -150,6 +151,50 @@ def test_folds_follow_the_records_not_their_order():
     perm = torch.as_tensor(np.random.default_rng(0).permutation(R))
     b = m.result(feed(m, U[perm], H[perm], mask[perm], info, blocks=4))
     np.testing.assert_allclose(a.group_score, b.group_score, atol=1e-3)
+
+
+def test_jackknife_groups_split_copies_of_a_record_whatever_the_order_or_the_merge():
+    rng = np.random.default_rng(0)
+    code = torch.as_tensor(np.r_[np.full(300, 7), rng.integers(0, 10**6, 200)])
+    code = code[torch.as_tensor(rng.permutation(500))]
+    rec = torch.arange(500)
+    g = record_groups(code, rec, 20)
+    copies = g[code == 7]
+    assert len(copies.unique()) == 20  # 300 copies of one record spread over every group
+    assert np.bincount(copies.numpy(), minlength=20).max() <= 30  # ... about evenly
+    # the groups' contents: the same (content, group) pairs in any reading order
+    perm = torch.as_tensor(rng.permutation(500))
+    g2 = record_groups(code[perm], rec, 20)
+    pairs = lambda c, gg: sorted(zip(c.tolist(), gg.tolist(), strict=True))  # noqa: E731
+    assert pairs(code, g) == pairs(code[perm], g2)
+    # a record's symbols stay together: rows of one record share its group
+    rows = torch.repeat_interleave(rec, 3)
+    assert (record_groups(code.repeat_interleave(3), rows, 20) == g.repeat_interleave(3)).all()
+
+
+def test_a_record_read_many_times_does_not_hold_the_f1_error_up():
+    """One record repeated in 40% of the data (as a SQL workload repeats its commonest
+    window): the F1's error shrinks like an error of independent records; grouped by
+    content, as before, the copies formed one group and held it several times higher."""
+    U, H, mask = planted(8)
+    idx = torch.arange(R)
+    copies = idx[torch.as_tensor(np.random.default_rng(1).random(R) < 0.4)]
+    pick = idx.clone()
+    pick[copies] = int(copies[0])
+    U, H, mask = U[pick], H[pick], mask[pick]
+    info = [HypothesisInfo(f"h{j}", "binary") for j in range(4)]
+    m = LogReg()
+    s = feed(m, U, H, mask, info, blocks=2)
+    m.result(s)
+    now = s.checks[-1]
+    by_content = (s.code // m.folds) % m.groups  # the old grouping, for comparison
+    rows = torch.arange(len(s.X))
+    Z = _newton.logits(m._design(s), s.W).view(m.folds, -1, len(s.X))
+    pred = Z[s.fold, :, rows] > 0
+    _, se_content = f1_and_se(confusion_by_group(pred, s.Y > 0.5, by_content, m.groups),
+                              s.out_hyp, 4)  # fmt: skip
+    assert (now.f1_se[:2] < 0.5 * se_content[:2]).all(), (
+        now.f1_se, se_content)
 
 
 def test_max_rows_keeps_a_bounded_uniform_sample():
@@ -256,7 +301,8 @@ def test_a_stop_during_the_hessians_or_the_step_solves_ends_the_fit_there(monkey
     # ... as does the checkpoint's record-group error pass
     Hs = _newton.hessians(problem, torch.arange(s.W.shape[1]), Z, 64, torch.Generator())
     with stop_check(lambda: True), pytest.raises(_newton.Stopped):
-        influence(problem.X, s.W, Z, problem.Y, problem.w_row, Hs, s.group, m.groups)
+        influence(problem.X, s.W, Z, problem.Y, problem.w_row, Hs,
+                  record_groups(s.code, s.rec, m.groups), m.groups)  # fmt: skip
     # ... and the step's solves after their first round: every slope of this step crosses
     # zero, so without a Stop a second round solves again with them pinned
     d, c = 5, 3
