@@ -4,26 +4,31 @@ A probe's scores at ``n`` records differ from their full-data values for two
 reasons, and the error bounds both:
 
 * **sampling**: the records read are one draw. For the cross-validated F1 a grouped
-  jackknife over record groups (symbols of one record are not independent) of the
-  out-of-fold confusion counts gives its standard error; for a coefficient the
-  fold models *are* a delete-a-group jackknife (fold ``f``'s model is the fit without
-  fold ``f``'s records), so their spread gives its standard error at no extra fit.
-  Five folds make that error itself noisy, and a pair marked converged is one whose
-  error came out small, so the coefficient's error is also the record-group
-  infinitesimal jackknife's (``influence``: 20 groups, no refit). Each becomes a
-  half-width with Student's t at the confidence asked for.
+  jackknife over record groups (symbols of one record are not independent; copies of a
+  record are separate draws, ``logreg.record_groups``) of the out-of-fold confusion
+  counts, each fold model refitted without the group (``f1_refit_se``: the F1
+  thresholds the logits, and rows near the threshold flip as the fit moves), gives its
+  standard error; for a coefficient the fold models *are* a delete-a-group jackknife
+  (fold ``f``'s model is the fit without fold ``f``'s records), so their spread gives
+  its standard error at no extra fit. Five folds make that error itself noisy, and a
+  pair marked converged is one whose error came out small, so the coefficient's error
+  is also the record-group infinitesimal jackknife's (``influence``: 20 groups, no
+  refit). Each becomes a half-width with Student's t at the confidence asked for.
 * **learning**: with more records the fit itself changes (the L1 penalty weakens as
   ``1/n`` and the probe learns more), which no sampling interval sees. The change
   since the checkpoint at half the records read bounds what is left of a drift that
   shrinks like ``1/n``: ``|s(n) - s(n/2)|`` is at least ``|s(n) - s(N)|``.
 
 The error is the larger of the two, and it is NaN (not yet known) until a fit has
-reached its tolerance and a checkpoint at half the records exists.
+reached its tolerance, a checkpoint at half the records exists and each class of the
+hypothesis occurred in ``min_class_records`` records; the error reported is the larger
+of the last two checkpoints' (one small error is chance).
 
 With ``LogReg(unit_score="loading")`` a unit's score is its correlation with the probe's
-predicted probability (``loadings``) and its sampling error that correlation's
-record-group jackknife: the coefficients of correlated units are not identifiable (two
-record orders can swap weight between near-copies), the predictions are.
+predicted probability (``refit_loadings``) and its error that correlation's record-group
+jackknife with the fit refitted without each group: the coefficients of correlated units
+are not identifiable (two record orders can swap weight between near-copies), the
+predictions are.
 """
 
 from __future__ import annotations
@@ -279,55 +284,51 @@ def loadings(
     return load, np.sqrt(var)
 
 
-def logit_loadings(
+def refit_loadings(
     X: torch.Tensor,
     W: torch.Tensor,
     delta: torch.Tensor | None,
     folds: int,
+    defined: torch.Tensor | None,
     group: torch.Tensor,
     n_groups: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(units, outputs)`` correlation of each unit with each output's mean logit, and
-    its grouped jackknife standard error with the fit refitted without each group.
+    """``(units, outputs)`` correlation of each unit with each output's predicted
+    probability (of the fold models' mean weights), and its grouped jackknife standard
+    error with the fit refitted without each group.
 
-    The mean logit ``z = X w`` (``w`` the fold models' mean weights) is linear in the
-    units, so every sum a correlation needs is a second moment of ``X``: the loadings
-    come from ``XᵀX`` and ``w`` alone, and leaving group ``g`` out is ``XᵀX`` less the
-    group's moments, with ``w`` moved by the group's infinitesimal-jackknife change
-    (``delta``, :func:`influence`): the error sees the fit move, not only the rows. (A
-    loading on the predicted *probability* was unstable where the probe predicts almost
-    no positive: its correlation followed the few rows of largest logit.) ``X`` ``(n,
-    d)`` with the intercept in column 0, ``W`` ``(d, folds · outputs)``, ``delta`` ``(d,
-    folds · outputs, groups)`` or None.
+    Leaving group ``g`` out drops its rows and moves the mean weights by the group's
+    infinitesimal-jackknife change (``delta``, :func:`influence`), which moves every
+    row's probability: the error sees the fit move, not only the rows. Held fixed, the
+    fit's own variability went unseen: where the probe predicts almost no positive (SQL's
+    ``SelectStmt -> SelectCore``, F1 0) the loadings followed the few rows of largest
+    probability and settled after 1,024 records up to 0.1 from their full-data values.
+    (The probability, not the logit: on a nearly separable hypothesis the logit's
+    direction turns as the penalty weakens with more records, the predictions do not.)
+    ``X`` ``(n, d)`` with the intercept in column 0, ``W`` ``(d, folds · outputs)``,
+    ``delta`` ``(d, folds · outputs, groups)`` or None (the fit held fixed).
     """
     d = X.shape[1]
-    M = torch.zeros(n_groups, d, d, dtype=torch.float64, device=X.device)
+    mean_w = lambda V: V.view(d, folds, -1).mean(1)  # noqa: E731
+    w = mean_w(W)
+    z = torch.sigmoid(X @ w)  # (n, outputs)
+    if delta is None:
+        return loadings(X[:, 1:], z.T, defined, group, n_groups)
+    x = X[:, 1:].double()
+    dm = (torch.ones_like(z) if defined is None else defined.to(z.dtype)).double()
+    load, _ = loadings(X[:, 1:], z.T, defined, group, n_groups)
+    loo = np.full((n_groups, *load.shape), np.nan)
     for g in range(n_groups):
-        rows = (group == g).nonzero().squeeze(1)
-        if len(rows):
-            x = X[rows].double()
-            M[g] = x.T @ x
-    mean_w = lambda V: V.double().view(d, folds, -1).mean(1)  # noqa: E731
-    w = mean_w(W)  # (d, outputs)
-    load = _moment_corr(M.sum(0), w)
-    loo = np.stack([
-        _moment_corr(M.sum(0) - M[g], w if delta is None else w + mean_w(delta[:, :, g]))
-        for g in range(n_groups)
-    ])  # fmt: skip
+        if stop_requested():  # a pass over every row read per group
+            raise Stopped
+        keep = dm * (group != g)[:, None].double()  # (n, outputs)
+        zg = torch.sigmoid(X @ (w + mean_w(delta[:, :, g]).to(X.dtype))).double() * keep
+        sums = (keep.sum(0)[None, :], x.T @ keep, (x * x).T @ keep, zg.sum(0)[None, :],
+                (zg * zg).sum(0)[None, :], x.T @ zg)  # zg is 0 off the kept rows
+        loo[g] = _corr_from_sums(*(v.cpu().numpy() for v in sums))
     with np.errstate(invalid="ignore"):
         var = (n_groups - 1) / n_groups * ((loo - loo.mean(0)) ** 2).sum(0)
     return load, np.sqrt(var)
-
-
-def _moment_corr(A: torch.Tensor, w: torch.Tensor) -> np.ndarray:
-    """``(units, outputs)`` correlation of each unit (``A``'s rows 1:) with ``X w``, from
-    the moment matrix ``A = XᵀX`` of a design whose column 0 is the intercept."""
-    Aw = A @ w  # (d, outputs): sums of x·z; row 0 the sum of z
-    n = A[0, 0]
-    sx, sxx = A[1:, 0], torch.diagonal(A)[1:]
-    sz, szz = Aw[0], (w * Aw).sum(0)
-    return _corr_from_sums(*(v.cpu().numpy() for v in (
-        n, sx[:, None], sxx[:, None], sz[None, :], szz[None, :], Aw[1:])))  # fmt: skip
 
 
 def pick_per_unit(vals: np.ndarray, se: np.ndarray, out_hyp: np.ndarray, n_hyps: int):

@@ -2,11 +2,13 @@
 
 Weights have shape ``(units + 1, folds · outputs)``: one matrix product per
 optimisation step scores every hypothesis (categorical ones one-vs-rest) under
-every fold's model (DeepBase's model merging). A record's fold (and its jackknife
-group) follows from its content (``record_codes``), never from the order it was read
-in, so no record is split and the full-data score does not depend on the order in
-which records arrive (nor do merged shards); fold ``f``'s model never sees fold
-``f``'s rows, which it scores afterwards.
+every fold's model (DeepBase's model merging). A record's fold follows from its
+content (``record_codes``), never from the order it was read in, so no record is split,
+copies of a record share a fold, and the full-data score does not depend on the order
+in which records arrive (nor do merged shards); fold ``f``'s model never sees fold
+``f``'s rows, which it scores afterwards. A record's jackknife group follows from its
+content and how many copies of it came before (``record_groups``): copies are separate
+draws.
 
 The state keeps every row read (``max_rows`` opts into a bounded uniform sample:
 bottom-k of random keys, so two states merge into the sample their union would
@@ -44,9 +46,8 @@ from ._probe_error import (
     f1_refit_se,
     halfway,
     influence,
-    loadings,
-    logit_loadings,
     pick_per_unit,
+    refit_loadings,
 )
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
@@ -120,9 +121,10 @@ class LogReg(Measure):
         the folds, which :mod:`dni_lab.features` multiplies into directions; the
         coefficients of correlated units are not identifiable (twins trade weight), so
         under early stopping most of these pairs stay open once the F1 settled.
-        ``"loading"``: the unit's correlation with the probe's logit (the structure
-        coefficient, :func:`._probe_error.loadings`), identifiable and on corr's scale,
-        with a record-group jackknife error, so early stopping can settle it.
+        ``"loading"``: the unit's correlation with the probe's predicted probability (of
+        the folds' mean weights; :func:`._probe_error.refit_loadings`), identifiable
+        and on corr's scale, with a record-group jackknife error (the fit refitted
+        without each group), so early stopping can settle it.
     """
 
     name = "logreg"
@@ -149,7 +151,8 @@ class LogReg(Measure):
         if unit_score not in ("coef", "loading"):
             raise MeasureError(
                 f"LogReg(unit_score={unit_score!r}) is not a unit score: use 'coef' (the "
-                "L1 coefficient) or 'loading' (the unit's correlation with the probe's logit)"
+                "L1 coefficient) or 'loading' (the unit's correlation with the probe's "
+                "predicted probability)"
             )
         self.unit_score = unit_score
         self.C = C
@@ -386,11 +389,12 @@ class LogReg(Measure):
         except Stopped:
             delta = moved = None
         if self.unit_score == "loading":  # the error is the loading's own jackknife's
-            if state.defined is None:  # from XᵀX, the fit's own move in the error
-                load, load_se = logit_loadings(Xs, fit.W, moved, k, group, self.groups)
-            else:  # per output rows: the logits' sums per group, the fit held fixed
-                z = fit.Z.view(k, n_out, len(Xs)).mean(0)
-                load, load_se = loadings(Xs[:, 1:], z, state.defined, group, self.groups)
+            try:
+                load, load_se = refit_loadings(Xs, fit.W, moved, k, state.defined, group,
+                                               self.groups)  # fmt: skip
+            except Stopped:  # the fit held fixed: one pass, no refit per group
+                load, load_se = refit_loadings(Xs, fit.W, None, k, state.defined, group,
+                                               self.groups)  # fmt: skip
             coef, coef_ij = pick_per_unit(load, load_se, state.out_hyp, n_h)
             coef_se = np.zeros_like(coef)
         else:
