@@ -81,6 +81,27 @@ FIGURES: dict[str, Source] = {
             ("sql_within", i + 4, "within_eps", "{:.2%}"),
         )
     },
+    # docs/api/measures.md: the probe's coverage (bench_coverage.py --measures logreg-loading;
+    # rows 0 SQL, 1 parens)
+    "probecov.eps": Result("coverage_logreg_loading", "eps", "{}"),
+    "probecov.block": Result("coverage_logreg_loading", "block_size", INT),
+    "probecov.orders": Result("coverage_logreg_loading", "rows.0.orders", INT),
+    "probecov.records": Result("coverage_logreg_loading", "rows.0.records", "{:,}"),
+    "probecov.hypotheses": Result("coverage_logreg_loading", "rows.0.hypotheses", INT),
+    **{
+        f"probecov.{w}.{key}": Result("coverage_logreg_loading", f"rows.{row}.{key}", fmt)
+        for w, row in (("sql", 0), ("parens", 1))
+        for key, fmt in (
+            ("within_eps", "{:.2%}"),
+            ("worst_order_within_eps", "{:.2%}"),
+            ("pairs_converged", "{:,}"),
+            ("settled_by_half_the_data", "{:,}"),
+            ("nonempty_pairs", "{:,}"),
+            ("groups_settled", INT),
+            ("groups", INT),
+            ("median_records_read", "{:,g}"),
+        )
+    },
     # docs/features.md: the sparse-path benchmark (bench_features_sparse.py), the explanations'
     "fsparse.d_sae": Result("features_sparse", "d_sae", "{:,}"),
     "fsparse.k": Result("features_sparse", "k", INT),

@@ -40,8 +40,10 @@ PREFIX = "figures: "  # the line a notebook's figures cell prints, then one JSON
 
 
 def pages() -> list[Path]:
-    """The README and every documentation page (generated ones too: a fragment is a fragment)."""
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    """The README and every documentation page (generated ones too: a fragment is a fragment),
+    the API reference's included."""
+    docs = REPO / "docs"
+    return [REPO / "README.md", *sorted(docs.glob("*.md")), *sorted((docs / "api").glob("*.md"))]
 
 
 def _dig(value: Any, key: str) -> Any:

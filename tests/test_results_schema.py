@@ -24,7 +24,7 @@ RESULTS = REPO / "benchmarks" / "results"
 _NO_ENV = "written before results_io stored an environment"
 _NO_CMD = "written without its command (and, but for full/quick, without the start load)"
 LEGACY: dict[str, str] = {
-    "cluster": _NO_ENV, "coverage": _NO_ENV, "coverage_logreg_loading": _NO_ENV,
+    "cluster": _NO_ENV, "coverage": _NO_ENV,
     "activations": _NO_CMD, "cluster_bytes": _NO_CMD, "cluster_bytes_logreg": _NO_CMD,
     "cluster_nodes": _NO_CMD, "demo": _NO_CMD, "early_stop": _NO_CMD, "explanations": _NO_CMD,
     "features_sparse": _NO_CMD, "fixed_cost": _NO_CMD, "full": _NO_CMD, "hf_depth": _NO_CMD,
