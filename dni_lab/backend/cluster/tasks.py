@@ -44,6 +44,18 @@ def _shape(ray: Any, cluster: Any, workers: int | None, device: Any) -> WorkerSh
     return shape
 
 
+def cancel_unfinished(ray: Any, refs: list[Any]) -> None:
+    """Cancel the tasks of ``refs`` still running. Cancelling one whose reply is arriving
+    races inside Ray's core worker, which then aborts the whole process ("Tried to
+    complete task that was not pending", ray-project/ray#54798's kind): the finished
+    ones, the usual case after a sibling's error, are left alone."""
+    if not refs:
+        return
+    _, running = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+    for r in running:
+        ray.cancel(r)
+
+
 def _gather(ray: Any, refs: list[Any], options: dict[str, Any]) -> list[Any]:
     """``ray.get(refs)``, but a task no alive node can run (its nodes died) is an error
     within :data:`STALL_S`, not a wait without end."""
@@ -57,8 +69,7 @@ def _gather(ray: Any, refs: list[Any], options: dict[str, Any]) -> list[Any]:
             try:
                 unschedulable(options, ray.nodes())  # raises when no node can run them
             except DNIError:
-                for r in waiting:
-                    ray.cancel(r)
+                cancel_unfinished(ray, waiting)
                 raise
             last = time.monotonic()
     return ray.get(refs)
@@ -116,8 +127,7 @@ def sharded_activations(
     try:
         parts = _gather(ray, refs, shape.task_options())
     except ray.exceptions.RayTaskError as exc:
-        for r in refs:
-            ray.cancel(r)
+        cancel_unfinished(ray, refs)
         raise worker_error(exc) from None
     return np.concatenate([p for p, _ in parts]), parts[0][1]
 
@@ -184,6 +194,5 @@ def sharded_null_hits(
     try:
         return sum(_gather(ray, refs, shape.task_options()))
     except ray.exceptions.RayTaskError as exc:
-        for r in refs:
-            ray.cancel(r)
+        cancel_unfinished(ray, refs)
         raise worker_error(exc) from None
