@@ -261,7 +261,7 @@ def test_a_stop_during_the_hessians_or_the_step_solves_ends_the_fit_there(monkey
 
     U, H, mask = planted(seed=4)
     info = [HypothesisInfo(f"h{j}", "binary") for j in range(H.shape[2])]
-    stop, seen = {"on": False}, {"objective": 0, "influence": 0}
+    stop, seen = {"on": False}, {"objective": 0, "error_pass": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -273,7 +273,7 @@ def test_a_stop_during_the_hessians_or_the_step_solves_ends_the_fit_there(monkey
     for where in ("hessians", "_face_step"):
         m = LogReg(max_iter=50, tol=0.0)
         s = feed(m, U, H, mask, info, blocks=2)
-        stop["on"], seen["objective"], seen["influence"] = False, 0, 0
+        stop["on"], seen["objective"], seen["error_pass"] = False, 0, 0
 
         real = getattr(_newton, where)
 
@@ -283,13 +283,15 @@ def test_a_stop_during_the_hessians_or_the_step_solves_ends_the_fit_there(monkey
 
         monkeypatch.setattr(_newton, where, pressed)
         monkeypatch.setattr(_newton, "objective", counted("objective", _newton.objective))
-        monkeypatch.setattr(logreg_mod, "influence", counted("influence", logreg_mod.influence))
+        # the record-group error pass starts with the groups' gradients
+        monkeypatch.setattr(logreg_mod, "group_gradients",
+                            counted("error_pass", logreg_mod.group_gradients))  # fmt: skip
         with stop_check(lambda: stop["on"]):
             res = m.result(s)
         monkeypatch.undo()
         assert stop["on"], where
         assert seen["objective"] <= 1, (where, seen)  # the start point's, no trial point
-        assert seen["influence"] == 0, (where, seen)
+        assert seen["error_pass"] == 0, (where, seen)
         assert np.isfinite(res.unit_score).all(), where  # the fit so far
     # inside them: the Hessians end at the next fold ...
     m = LogReg(max_iter=1, tol=0.0)

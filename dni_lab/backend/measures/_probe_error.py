@@ -99,7 +99,7 @@ def f1_and_se(counts: np.ndarray, out_hyp: np.ndarray, n_hyps: int) -> tuple[np.
 
 def f1_refit_se(
     X: torch.Tensor,
-    Z: torch.Tensor,
+    own: torch.Tensor,
     delta: torch.Tensor,
     fold: torch.Tensor,
     Y: torch.Tensor,
@@ -117,15 +117,13 @@ def f1_refit_se(
     flip, and a rare hypothesis's F1 jumps by more than eps between checkpoints whose
     counts' errors were small. Leaving group ``g`` out here also moves every fold model by
     its infinitesimal-jackknife change (``delta[..., g]``, :func:`influence`) before its
-    held-out rows are scored. ``X`` ``(n, d)`` with the intercept, ``Z`` ``(folds ·
-    outputs, n)``, ``delta`` ``(d, folds · outputs, groups)``, ``Y``/``defined`` ``(n,
-    outputs)``.
+    held-out rows are scored. ``X`` ``(n, d)`` with the intercept, ``own`` ``(n, outputs)``
+    each row's logit under the model of its held-out fold, ``delta`` ``(d, folds · outputs,
+    groups)``, ``Y``/``defined`` ``(n, outputs)``.
     """
-    n, d = X.shape
+    d = X.shape[1]
     n_out = len(out_hyp)
-    folds = Z.shape[0] // max(n_out, 1)
-    rows = torch.arange(n, device=X.device)
-    own = Z.view(folds, n_out, n)[fold, :, rows]  # (n, outputs): each row's held-out logit
+    folds = delta.shape[1] // max(n_out, 1)
     y = Y > 0.5
     by_fold = [(fold == f).nonzero().squeeze(1) for f in range(folds)]
     loo = np.full((n_groups, n_hyps), np.nan)
@@ -177,16 +175,30 @@ def influence(
     more than a refit does (the F1's error of :func:`f1_refit_se` came out near 0.35 at
     every size on the SQL workload, where the F1 moved by 0.04).
     """
+    return solve_influence(H, group_gradients(X, Z, Y, w_row, group, n_groups), free)
+
+
+def group_gradients(X: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w_row: torch.Tensor,
+                    group: torch.Tensor, n_groups: int) -> torch.Tensor:  # fmt: skip
+    """``(groups, c, d)`` each record group's share of each column's loss gradient."""
     r = (torch.sigmoid(Z) - Y) * w_row  # (c, n)
-    S = torch.zeros(n_groups, *W.shape[::-1], dtype=torch.float64, device=X.device)
+    S = torch.zeros(n_groups, Z.shape[0], X.shape[1], dtype=torch.float64, device=X.device)
     for g in range(n_groups):
         if stop_requested():  # a pass over every row read: after a Stop no error is kept
             raise Stopped
         rows = (group == g).nonzero().squeeze(1)
         if len(rows):
             S[g] = (r[:, rows] @ X[rows]).double()
+    return S
+
+
+def solve_influence(H: torch.Tensor, S: torch.Tensor,
+                    free: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """``(d, c, groups)``: :func:`influence` from the groups' gradients ``S``
+    (:func:`group_gradients`), so two solves (every coordinate free, the active set) share
+    one pass over the rows."""
     # a whisper of ridge: a constant (zero) unit column would make H singular
-    eye = torch.eye(W.shape[0], dtype=torch.float64, device=X.device)
+    eye = torch.eye(S.shape[2], dtype=torch.float64, device=S.device)
     H = H.double()
     rhs = S.permute(1, 2, 0)  # (c, d, groups)
     if free is not None:  # fixed coordinates: identity rows and columns, no gradient
@@ -316,16 +328,20 @@ def refit_loadings(
         return loadings(X[:, 1:], z.T, defined, group, n_groups)
     x = X[:, 1:].double()
     dm = (torch.ones_like(z) if defined is None else defined.to(z.dtype)).double()
-    load, _ = loadings(X[:, 1:], z.T, defined, group, n_groups)
+
+    def corr(keep: torch.Tensor, zk: torch.Tensor) -> np.ndarray:  # zk: 0 off the kept rows
+        sums = (keep.sum(0)[None, :], x.T @ keep, (x * x).T @ keep, zk.sum(0)[None, :],
+                (zk * zk).sum(0)[None, :], x.T @ zk)
+        return _corr_from_sums(*(v.cpu().numpy() for v in sums))
+
+    load = corr(dm, z.double() * dm)
     loo = np.full((n_groups, *load.shape), np.nan)
     for g in range(n_groups):
         if stop_requested():  # a pass over every row read per group
             raise Stopped
         keep = dm * (group != g)[:, None].double()  # (n, outputs)
         zg = torch.sigmoid(X @ (w + mean_w(delta[:, :, g]).to(X.dtype))).double() * keep
-        sums = (keep.sum(0)[None, :], x.T @ keep, (x * x).T @ keep, zg.sum(0)[None, :],
-                (zg * zg).sum(0)[None, :], x.T @ zg)  # zg is 0 off the kept rows
-        loo[g] = _corr_from_sums(*(v.cpu().numpy() for v in sums))
+        loo[g] = corr(keep, zg)
     with np.errstate(invalid="ignore"):
         var = (n_groups - 1) / n_groups * ((loo - loo.mean(0)) ** 2).sum(0)
     return load, np.sqrt(var)

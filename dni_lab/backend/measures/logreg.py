@@ -44,10 +44,11 @@ from ._probe_error import (
     error,
     f1_and_se,
     f1_refit_se,
+    group_gradients,
     halfway,
-    influence,
     pick_per_unit,
     refit_loadings,
+    solve_influence,
 )
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
 
@@ -363,7 +364,8 @@ class LogReg(Measure):
         k, n_out, n_h = self.folds, len(state.out_hyp), len(state.scorable)
         rows = torch.arange(len(Xs), device=Xs.device)
         # each row scored by the model of its held-out fold
-        pred = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows] > 0
+        held = fit.Z.view(k, n_out, len(Xs))[state.fold, :, rows]
+        pred = held > 0
         if state.defined is not None:  # an undefined row is no positive (its target is 0 too)
             pred = pred & state.defined
         group = record_groups(state.code, state.rec, self.groups)
@@ -374,16 +376,15 @@ class LogReg(Measure):
             if not stop_requested():
                 H = hessians(problem, torch.arange(fit.W.shape[1]), fit.Z,
                              self.hessian_rows, torch.Generator().manual_seed(1))  # fmt: skip
+                S = group_gradients(Xs, fit.Z, problem.Y, problem.w_row, group, self.groups)
                 if self.unit_score == "coef":
-                    delta = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
-                                      group, self.groups)  # fmt: skip
+                    delta = solve_influence(H, S)
                 # the F1's and the loadings' errors with the fit's own variability (the
                 # F1's threshold flips rows): the active set's refit, the intercept free
                 free = fit.W != 0
                 free[0] = True
-                moved = influence(Xs, fit.W, fit.Z, problem.Y, problem.w_row, H,
-                                  group, self.groups, free)  # fmt: skip
-                f1_se = np.fmax(f1_se, f1_refit_se(Xs, fit.Z, moved, state.fold, state.Y,
+                moved = solve_influence(H, S, free)
+                f1_se = np.fmax(f1_se, f1_refit_se(Xs, held, moved, state.fold, state.Y,
                                                    state.defined, group, self.groups,
                                                    state.out_hyp, n_h))  # fmt: skip
         except Stopped:
@@ -400,10 +401,7 @@ class LogReg(Measure):
         else:
             coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp,
                                                  n_h, delta)  # fmt: skip
-        open_out = fit.open.view(k, n_out).any(0).cpu().numpy()
-        done = np.ones(n_h, dtype=bool)
-        for j in np.unique(state.out_hyp[open_out]):
-            done[j] = False
+        done = _per_hyp_all(~fit.open.view(k, n_out).any(0).cpu().numpy(), state, n_h)
         enough = class_records(state) >= self.min_class_records
         state.checks.append(Checkpoint(state.n_records, f1, f1_se, coef, coef_se, done, k,
                                        self.groups, coef_ij, _per_hyp_all(enough, state, n_h)))
