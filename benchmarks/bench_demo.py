@@ -13,8 +13,10 @@ often beside two busy processes (``while :; do :; done`` loops, the load issue 2
 measured under), and reports the medians and their ratio. ``--from-nothing`` adds
 one run with an empty model store too, so the demo trains its model first.
 
-Targets (issue 24, item 8): at most 45 s alone on a quiet 2-core machine, and at most
-2.5x that beside the two loops; from nothing (issue 1) at most 3 minutes. It asserts
+Targets: at most 45 s alone on a quiet 2-core machine (issue 24), and at most 2.0x
+that beside the two loops, the median of at least 3 runs each (issue 34, target 5);
+from nothing (issue 1) at most 3 minutes. The results file keeps every run, the
+minimum, median and maximum of each set, and the CPU model. It asserts
 nothing: run it on a quiet machine, since any other job inflates both times.
 """
 
@@ -37,7 +39,7 @@ if str(REPO) not in sys.path:  # run as a script: make the benchmarks package im
 
 from benchmarks.results_io import write_results  # noqa: E402
 
-TARGETS = {"alone_s": 45.0, "busy_ratio": 2.5, "from_nothing_s": 180.0}
+TARGETS = {"alone_s": 45.0, "busy_ratio": 2.0, "from_nothing_s": 180.0}
 
 
 def demo_command(quick: bool, out: Path) -> list[str]:
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the demo's quick mode (smoke run)")
-    ap.add_argument("--repeats", type=int, default=2, help="runs alone and runs beside the loops")
+    ap.add_argument("--repeats", type=int, default=3, help="runs alone and runs beside the loops")
     ap.add_argument("--busy", type=int, default=2, help="busy loops beside the second set")
     ap.add_argument("--from-nothing", action="store_true", help="also time a run that trains")
     ap.add_argument("--out", "--json", type=Path, default=None, help="write the results here")
@@ -131,12 +133,18 @@ def main(argv: list[str] | None = None) -> dict:
             p.wait()
     res: dict = {"quick": args.quick, "busy_loops": args.busy, "runs_alone": alone,
                  "runs_busy": busy, "targets": TARGETS}  # fmt: skip
-    res["alone_s"] = statistics.median(r["wall_s"] for r in alone)
-    res["busy_s"] = statistics.median(r["wall_s"] for r in busy)
+    for name, runs in (("alone", alone), ("busy", busy)):
+        walls = [r["wall_s"] for r in runs]
+        res[f"{name}_s"] = statistics.median(walls)
+        res[f"{name}_min_s"], res[f"{name}_max_s"] = min(walls), max(walls)
     res["busy_ratio"] = res["busy_s"] / res["alone_s"]
     for key in ("records_read", "windows", "probe_records_read"):
         res[key] = alone[0][key]
     probe = res["probe_records_read"]
+    print(f"alone: min {res['alone_min_s']:.1f} s, median {res['alone_s']:.1f} s, max "
+          f"{res['alone_max_s']:.1f} s; beside {args.busy} busy loops: min "
+          f"{res['busy_min_s']:.1f} s, median {res['busy_s']:.1f} s, max {res['busy_max_s']:.1f} s "
+          f"({args.repeats} runs each)")  # fmt: skip
     print(f"dni-lab demo, model stored, cold hypothesis cache: {res['alone_s']:.1f} s alone "
           f"(target <= {TARGETS['alone_s']:.0f} s), {res['busy_s']:.1f} s beside {args.busy} "
           f"busy loops: {res['busy_ratio']:.2f}x (target <= {TARGETS['busy_ratio']}x); read "

@@ -259,6 +259,7 @@ def newton(
     hessian_rows: int = 4096,
     mu: torch.Tensor | None = None,
     refresh: int = 1,
+    seed: int = 0,
 ) -> Fit:
     """Up to ``iters`` projected Newton steps on every column, warm-started at ``W0``.
 
@@ -273,7 +274,8 @@ def newton(
     call), which columns are still open (budget spent, a Stop, or no further decrease
     possible before they reached ``tol``) and the logits. Hessians are rebuilt every
     ``refresh`` steps (default: every step; a stale one slowed convergence more than it
-    saved), or sooner when a quarter of the steps found no decrease at all.
+    saved), or sooner when a quarter of the steps found no decrease at all. ``seed``
+    seeds their row sample.
     """
     X = p.X
     n, d = X.shape
@@ -282,7 +284,7 @@ def newton(
     if c == 0 or n == 0 or iters == 0:
         return Fit(W0, mu, torch.ones(c, dtype=torch.bool, device=X.device), logits(X, W0))
     W = W0.clone()
-    gen = torch.Generator().manual_seed(0)  # the Hessian's row sample: reproducible
+    gen = torch.Generator().manual_seed(seed)  # the Hessian's row sample: reproducible
     active = torch.arange(c, device=X.device)
     Z = logits(X, W)
     F = objective(p, active, Z, W)

@@ -35,8 +35,9 @@ import numpy as np
 import torch
 
 from ..errors import MeasureError
+from . import _column_pool
 from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
-from ._newton import Problem, Stopped, hessians, initial_weights, newton
+from ._newton import Problem, Stopped, hessians, initial_weights
 from ._probe_error import (
     Checkpoint,
     coef_and_se,
@@ -126,6 +127,12 @@ class LogReg(Measure):
         the folds' mean weights; :func:`._probe_error.refit_loadings`), identifiable
         and on corr's scale, with a record-group jackknife error (the fit refitted
         without each group), so early stopping can settle it.
+    workers : int or None
+        Threads solving the fit's chunks of outputs, each on one torch thread
+        (:mod:`._column_pool`: beside busy processes this lost far less time than
+        torch's own threads). None (the default) uses ``torch.get_num_threads()``; 1
+        solves in the calling thread with torch's threads. The scores do not depend on it
+        (beyond float rounding, well within ``tol``).
     """
 
     name = "logreg"
@@ -148,6 +155,7 @@ class LogReg(Measure):
         groups: int = 20,
         seed: int = 0,
         unit_score: str = "coef",
+        workers: int | None = None,
     ) -> None:
         if unit_score not in ("coef", "loading"):
             raise MeasureError(
@@ -168,6 +176,7 @@ class LogReg(Measure):
         self.min_class_records = min_class_records
         self.groups = groups
         self.seed = seed
+        self.workers = workers
 
     # -- protocol ---------------------------------------------------------------
     def start(self, n_units, n_hyps, device="cpu", info: list[HypothesisInfo] | None = None):
@@ -348,7 +357,10 @@ class LogReg(Measure):
             row_fold=state.fold,
         )
         W0 = initial_weights(problem) if cold else W0
-        return newton(problem, W0, steps, self.tol, self.hessian_rows, state.damping), problem
+        workers = torch.get_num_threads() if self.workers is None else self.workers
+        fit = _column_pool.solve(problem, W0, steps, self.tol, self.hessian_rows, state.damping,
+                                 workers)  # fmt: skip
+        return fit, problem
 
     def _fit(self, state: LogRegState, steps: int) -> None:
         """Take up to ``steps`` Newton steps on every row read, then checkpoint the fit.
