@@ -20,11 +20,11 @@ two workers of one thread    33.3 s   80.3 s                 2.41×, 2.32×, 2.0
 
 (The workers' row split the demo's 157 outputs into 8 chunks; 20 chunks, as now, gave
 36.3 s and 79.8 s, 2.20×, in one more pair; ``benchmarks/results/demo.json`` holds the
-committed code's runs.) Beside two loops a process with two threads gets half the machine, so twice its time
-alone is the floor; two separate processes solving half the outputs each (no barrier,
-no shared interpreter) took 2.25× beside the loops on a synthetic probe where two
-processes of matrix products took 2.0×: the probe's memory-bound passes lose their
-caches at every switch. More workers than threads would take more than a fair share from
+committed code's runs.) Beside two loops a process with two threads gets half the
+machine, so twice its time alone is the floor; two separate processes solving half the
+outputs each (no barrier, no shared interpreter) took 2.25× beside the loops on a
+synthetic probe where two processes of matrix products took 2.0×: the probe's
+memory-bound passes lose their caches at every switch. More workers than threads would take more than a fair share from
 the other processes, which the pool does not do (``LogReg(workers=3)`` asks for it).
 
 The chunks are fixed by the problem (``OUTPUTS_PER_CHUNK`` outputs each), never by the
