@@ -24,8 +24,9 @@ committed code's runs.) Beside two loops a process with two threads gets half th
 machine, so twice its time alone is the floor; two separate processes solving half the
 outputs each (no barrier, no shared interpreter) took 2.25× beside the loops on a
 synthetic probe where two processes of matrix products took 2.0×: the probe's
-memory-bound passes lose their caches at every switch. More workers than threads would take more than a fair share from
-the other processes, which the pool does not do (``LogReg(workers=3)`` asks for it).
+memory-bound passes lose their caches at every switch. More workers than threads would
+take more than a fair share from the other processes, which the pool does not do
+(``LogReg(workers=3)`` asks for it).
 
 The chunks are fixed by the problem (``OUTPUTS_PER_CHUNK`` outputs each), never by the
 number of workers, and each chunk's Hessian row sample is seeded by its index, so a
