@@ -57,6 +57,10 @@ def _models() -> dict[str, Source]:
 FIGURES: dict[str, Source] = {
     # docs/quickstart.md: where the demo's probe stopped reading
     "demo.probe_records_read": Result("demo", "probe_records_read", "{:,}"),
+    # docs/benchmarks.md: the demo alone and beside two busy loops (issue 34, target 5)
+    **{f"demo.{k}": Result("demo", k, F1) for k in
+       ("alone_s", "alone_min_s", "alone_max_s", "busy_s", "busy_min_s", "busy_max_s")},
+    "demo.busy_ratio": Result("demo", "busy_ratio", F2),
     # docs/ray.md: the size of the stored multi-node run
     "ray.records": Result("cluster_nodes", "records", "{:,}"),
     "ray.hidden": Result("cluster_nodes", "hidden", "{:,}"),

@@ -17,7 +17,9 @@ spin 1,000                     11.4 s   18.7 s                 20.0 s, 19.9 s
 one thread instead of two      19.8 s   31.8 s                 —
 =============================  =======  =====================  ================
 
-(sleeping at once cost the whole demo 3 to 4 s alone, in its many shorter waits.) So
+(sleeping at once cost the whole demo 3 to 4 s alone, in its many shorter waits.) The
+probe's solve has since moved to single-threaded workers (``measures/_column_pool.py``),
+which wait at no barrier; the policy still serves torch's other parallel work. So
 waiting threads spin briefly, then sleep: ``GOMP_SPINCOUNT=10000``, nearly all of the
 gain under load at no cost alone.
 

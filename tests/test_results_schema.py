@@ -26,7 +26,7 @@ _NO_CMD = "written without its command (and, but for full/quick, without the sta
 LEGACY: dict[str, str] = {
     "cluster": _NO_ENV, "coverage": _NO_ENV,
     "activations": _NO_CMD, "cluster_bytes": _NO_CMD, "cluster_bytes_logreg": _NO_CMD,
-    "cluster_nodes": _NO_CMD, "demo": _NO_CMD, "early_stop": _NO_CMD, "explanations": _NO_CMD,
+    "cluster_nodes": _NO_CMD, "early_stop": _NO_CMD, "explanations": _NO_CMD,
     "features_sparse": _NO_CMD, "fixed_cost": _NO_CMD, "full": _NO_CMD, "hf_depth": _NO_CMD,
     "hf_extract": _NO_CMD, "quick": _NO_CMD, "warm_query": _NO_CMD,
     "early_stop_eps": "its environment names no CPU (written before cpu_model)",
