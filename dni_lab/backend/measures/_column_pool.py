@@ -28,9 +28,9 @@ memory-bound passes lose their caches at every switch. More workers than threads
 take more than a fair share from the other processes, which the pool does not do
 (``LogReg(workers=3)`` asks for it).
 
-The chunks are fixed by the problem (``OUTPUTS_PER_CHUNK`` outputs each), never by the
-number of workers, and each chunk's Hessian row sample is seeded by its index, so a
-fit is the same on any machine and with any ``workers``.
+A column's steps do not depend on the other columns solved with it (its Hessian's rows
+are drawn from its output's own row of uniforms, ``_newton.hessians``), so a fit is the
+same, up to float rounding, on any machine and with any ``workers``.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def chunks(p: Problem) -> list[torch.Tensor]:
 
 def _columns(p: Problem, cols: torch.Tensor) -> Problem:
     return Problem(p.X, p.Y[cols], p.w_row[cols], p.lam[cols], p.col_out[cols],
-                   p.col_fold[cols], p.row_fold)  # fmt: skip
+                   p.col_fold[cols], p.row_fold, p.outputs or int(p.col_out.max()) + 1)  # fmt: skip
 
 
 def solve(
@@ -104,29 +104,27 @@ def solve(
     """:func:`._newton.newton` on every chunk of ``p``'s columns, by ``workers`` workers.
 
     A Stop reaches every worker (each runs in a copy of the caller's context). With one
-    worker or one chunk the chunks run one after another in the calling thread, with
-    torch's threads as the caller set them; on a GPU every column is one solve.
+    worker, one chunk or on a GPU, every column is solved in one call in the calling
+    thread, with torch's threads as the caller set them.
     """
     c = W0.shape[1]
     mu = torch.full((c,), 1e-2, device=W0.device) if mu is None else mu
     parts = chunks(p)
-    if c == 0 or not parts or W0.device.type != "cpu":  # a GPU runs every column at once
+    # one worker, one chunk, or a GPU: every column in one call, the same steps as the
+    # chunks' (an output's Hessian rows do not depend on the other columns), in fewer calls
+    if workers <= 1 or len(parts) <= 1 or W0.device.type != "cpu":
         return newton(p, W0, iters, tol, hessian_rows, mu)
 
     def one(i: int) -> Fit:
         cols = parts[i]
-        return newton(_columns(p, cols), W0[:, cols], iters, tol, hessian_rows, mu[cols], seed=i)
+        return newton(_columns(p, cols), W0[:, cols], iters, tol, hessian_rows, mu[cols])
 
-    if workers <= 1 or len(parts) == 1:
-        fits = [one(i) for i in range(len(parts))]
-    else:
-        with (
-            _restoring_threads(),
-            ThreadPoolExecutor(min(workers, len(parts)), initializer=_one_thread) as pool,
-        ):
-            futures = [pool.submit(contextvars.copy_context().run, one, i)
-                       for i in range(len(parts))]  # fmt: skip
-            fits = [f.result() for f in futures]
+    with (
+        _restoring_threads(),
+        ThreadPoolExecutor(min(workers, len(parts)), initializer=_one_thread) as pool,
+    ):
+        futures = [pool.submit(contextvars.copy_context().run, one, i) for i in range(len(parts))]
+        fits = [f.result() for f in futures]
     W, mu_out = W0.clone(), mu.clone()
     still = torch.ones(c, dtype=torch.bool, device=W0.device)
     Z = torch.empty(c, p.X.shape[0], dtype=W0.dtype, device=W0.device)

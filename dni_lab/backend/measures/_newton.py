@@ -58,6 +58,9 @@ class Problem:
     col_out: torch.Tensor  # (c,) output (hypothesis class) of each column
     col_fold: torch.Tensor  # (c,) the fold each column leaves out
     row_fold: torch.Tensor  # (n,) the fold of each row
+    # outputs of the whole probe (0: ``col_out.max() + 1``); a chunk of its columns keeps
+    # the whole's count, so its Hessians draw the same rows (``hessians``)
+    outputs: int = 0
 
 
 class Fit(NamedTuple):
@@ -153,7 +156,10 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
     With more than ``k`` rows, each fold's part is estimated from ``k / folds`` of its
     rows drawn with probability half proportional to their curvature and half uniform,
     reweighted so the estimate is unbiased: a uniform sample misses the few rows that
-    carry a rare hypothesis's curvature, and its Newton steps then overshot.
+    carry a rare hypothesis's curvature, and its Newton steps then overshot. Each call
+    draws the uniforms of every output of the probe (``p.outputs``) and an output takes
+    its own row of them, so an output's draws do not depend on which other columns are
+    in ``p``: a chunk of the columns solved alone follows the whole solve's steps.
     """
     outs, pos = torch.unique(p.col_out[cols], return_inverse=True)
     n, d = p.X.shape
@@ -165,23 +171,28 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
     D = num / den.clamp_min(1)
     G = torch.zeros(len(outs), folds, d, d, device=Z.device)
     kf = max(1, k // folds)
+    total = p.outputs or int(p.col_out.max()) + 1
     for g in range(folds):
         if stop_requested():  # a fold's share takes a tenth of a second or more on wide runs
             raise Stopped
         rows = (p.row_fold == g).nonzero().squeeze(1)
         if len(rows) == 0:
             continue
-        Xg, Dg = p.X[rows], D[:, rows]
+        Dg = D[:, rows]
         if len(rows) <= kf:
+            Xg = p.X[rows]
             for s in range(0, len(outs), _CHUNK):
                 G[s : s + _CHUNK, g] = (Xg.T[None] * Dg[s : s + _CHUNK, None, :]) @ Xg
             continue
         m = len(rows)
         prob = 0.5 * Dg / Dg.sum(1, keepdim=True).clamp_min(1e-30) + 0.5 / m
-        idx = torch.multinomial(prob.cpu(), kf, replacement=True, generator=gen).to(Z.device)
+        u = torch.rand(total, kf, generator=gen, dtype=torch.float64)[outs.cpu()].to(Z.device)
+        cdf = prob.double().cumsum(1)  # inverse CDF: kf draws with replacement per output
+        idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max(m - 1)
         wgt = Dg.gather(1, idx) / (kf * prob.gather(1, idx))
+        at = rows[idx]  # the sampled rows of X, gathered once: never the fold's whole copy
         for s in range(0, len(outs), _CHUNK):
-            Xs = Xg[idx[s : s + _CHUNK]]  # (chunk, kf, d)
+            Xs = p.X[at[s : s + _CHUNK]]  # (chunk, kf, d)
             G[s : s + _CHUNK, g] = (Xs.transpose(1, 2) * wgt[s : s + _CHUNK, None, :]) @ Xs
     total = G.sum(1)
     out_of = p.col_fold[cols]
@@ -259,7 +270,6 @@ def newton(
     hessian_rows: int = 4096,
     mu: torch.Tensor | None = None,
     refresh: int = 1,
-    seed: int = 0,
 ) -> Fit:
     """Up to ``iters`` projected Newton steps on every column, warm-started at ``W0``.
 
@@ -274,8 +284,7 @@ def newton(
     call), which columns are still open (budget spent, a Stop, or no further decrease
     possible before they reached ``tol``) and the logits. Hessians are rebuilt every
     ``refresh`` steps (default: every step; a stale one slowed convergence more than it
-    saved), or sooner when a quarter of the steps found no decrease at all. ``seed``
-    seeds their row sample.
+    saved), or sooner when a quarter of the steps found no decrease at all.
     """
     X = p.X
     n, d = X.shape
@@ -284,7 +293,7 @@ def newton(
     if c == 0 or n == 0 or iters == 0:
         return Fit(W0, mu, torch.ones(c, dtype=torch.bool, device=X.device), logits(X, W0))
     W = W0.clone()
-    gen = torch.Generator().manual_seed(seed)  # the Hessian's row sample: reproducible
+    gen = torch.Generator().manual_seed(0)  # the Hessian's row sample: reproducible
     active = torch.arange(c, device=X.device)
     Z = logits(X, W)
     F = objective(p, active, Z, W)
@@ -292,6 +301,7 @@ def newton(
     stale = refresh  # steps since the Hessians were built: build them first
     # ``q`` holds the active columns only, so a step gathers nothing: it shrinks with them
     q, Za, Fa = p, Z, F.clone()
+    p_outputs = p.outputs or int(p.col_out.max()) + 1  # kept as columns leave
     for _ in range(iters):
         if len(active) == 0 or stop_requested():  # a Stop acts within a step, not a block
             break
@@ -348,7 +358,7 @@ def newton(
         stuck = active[gave_up]
         active, Za, Fa = active[keep], Zn[keep], Fn[keep]
         q = Problem(X, q.Y[keep], q.w_row[keep], q.lam[keep], q.col_out[keep],
-                    q.col_fold[keep], q.row_fold)  # fmt: skip
+                    q.col_fold[keep], q.row_fold, q.outputs or p_outputs)  # fmt: skip
         if stale < refresh:
             H = H[keep]
         if len(stuck):
