@@ -87,11 +87,6 @@ def chunks(p: Problem) -> list[torch.Tensor]:
     ]
 
 
-def _columns(p: Problem, cols: torch.Tensor) -> Problem:
-    return Problem(p.X, p.Y[cols], p.w_row[cols], p.lam[cols], p.col_out[cols],
-                   p.col_fold[cols], p.row_fold, p.outputs or int(p.col_out.max()) + 1)  # fmt: skip
-
-
 def solve(
     p: Problem,
     W0: torch.Tensor,
@@ -117,7 +112,7 @@ def solve(
 
     def one(i: int) -> Fit:
         cols = parts[i]
-        return newton(_columns(p, cols), W0[:, cols], iters, tol, hessian_rows, mu[cols])
+        return newton(p.columns(cols), W0[:, cols], iters, tol, hessian_rows, mu[cols])
 
     with (
         _restoring_threads(),

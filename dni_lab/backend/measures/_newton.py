@@ -62,6 +62,17 @@ class Problem:
     # the whole's count, so its Hessians draw the same rows (``hessians``)
     outputs: int = 0
 
+    @property
+    def n_outputs(self) -> int:
+        return self.outputs or int(self.col_out.max()) + 1
+
+    def columns(self, cols: torch.Tensor) -> Problem:
+        """The problem of the columns ``cols`` (indices or a mask) alone, with the whole
+        probe's output count."""
+        return Problem(self.X, self.Y[cols], self.w_row[cols], self.lam[cols],
+                       self.col_out[cols], self.col_fold[cols], self.row_fold,
+                       self.n_outputs)  # fmt: skip
+
 
 class Fit(NamedTuple):
     """What :func:`newton` ends with, to warm-start the next call and to score from."""
@@ -171,7 +182,6 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
     D = num / den.clamp_min(1)
     G = torch.zeros(len(outs), folds, d, d, device=Z.device)
     kf = max(1, k // folds)
-    total = p.outputs or int(p.col_out.max()) + 1
     for g in range(folds):
         if stop_requested():  # a fold's share takes a tenth of a second or more on wide runs
             raise Stopped
@@ -186,7 +196,8 @@ def hessians(p: Problem, cols: torch.Tensor, Z: torch.Tensor, k: int, gen: torch
             continue
         m = len(rows)
         prob = 0.5 * Dg / Dg.sum(1, keepdim=True).clamp_min(1e-30) + 0.5 / m
-        u = torch.rand(total, kf, generator=gen, dtype=torch.float64)[outs.cpu()].to(Z.device)
+        u = torch.rand(p.n_outputs, kf, generator=gen, dtype=torch.float64)[outs.cpu()]
+        u = u.to(Z.device)
         cdf = prob.double().cumsum(1)  # inverse CDF: kf draws with replacement per output
         idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max(m - 1)
         wgt = Dg.gather(1, idx) / (kf * prob.gather(1, idx))
@@ -301,7 +312,6 @@ def newton(
     stale = refresh  # steps since the Hessians were built: build them first
     # ``q`` holds the active columns only, so a step gathers nothing: it shrinks with them
     q, Za, Fa = p, Z, F.clone()
-    p_outputs = p.outputs or int(p.col_out.max()) + 1  # kept as columns leave
     for _ in range(iters):
         if len(active) == 0 or stop_requested():  # a Stop acts within a step, not a block
             break
@@ -357,8 +367,7 @@ def newton(
         Z[active[~keep]] = Zn[~keep]
         stuck = active[gave_up]
         active, Za, Fa = active[keep], Zn[keep], Fn[keep]
-        q = Problem(X, q.Y[keep], q.w_row[keep], q.lam[keep], q.col_out[keep],
-                    q.col_fold[keep], q.row_fold, q.outputs or p_outputs)  # fmt: skip
+        q = q.columns(keep)
         if stale < refresh:
             H = H[keep]
         if len(stuck):

@@ -355,6 +355,7 @@ class LogReg(Measure):
             col_out=torch.arange(n_out, device=Xs.device).repeat(k),
             col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
             row_fold=state.fold,
+            outputs=n_out,
         )
         W0 = initial_weights(problem) if cold else W0
         workers = torch.get_num_threads() if self.workers is None else self.workers
