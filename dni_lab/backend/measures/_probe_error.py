@@ -327,21 +327,28 @@ def refit_loadings(
     if delta is None:
         return loadings(X[:, 1:], z.T, defined, group, n_groups)
     x = X[:, 1:].double()
+    x2 = x * x
     dm = (torch.ones_like(z) if defined is None else defined.to(z.dtype)).double()
+    # the units' sums over the rows each output keeps: every row's, less a group's below
+    # (the units do not move with the fit; only the probabilities need a pass per group)
+    units = (dm.sum(0)[None, :], x.T @ dm, x2.T @ dm)
 
-    def corr(keep: torch.Tensor, zk: torch.Tensor) -> np.ndarray:  # zk: 0 off the kept rows
-        sums = (keep.sum(0)[None, :], x.T @ keep, (x * x).T @ keep, zk.sum(0)[None, :],
-                (zk * zk).sum(0)[None, :], x.T @ zk)
+    def corr(unit_sums: tuple, zk: torch.Tensor) -> np.ndarray:  # zk: 0 off the kept rows
+        sums = (*unit_sums, zk.sum(0)[None, :], (zk * zk).sum(0)[None, :], x.T @ zk)
         return _corr_from_sums(*(v.cpu().numpy() for v in sums))
 
-    load = corr(dm, z.double() * dm)
+    load = corr(units, z.double() * dm)
     loo = np.full((n_groups, *load.shape), np.nan)
     for g in range(n_groups):
         if stop_requested():  # a pass over every row read per group
             raise Stopped
-        keep = dm * (group != g)[:, None].double()  # (n, outputs)
-        zg = torch.sigmoid(X @ (w + mean_w(delta[:, :, g]).to(X.dtype))).double() * keep
-        loo[g] = corr(keep, zg)
+        rows = (group == g).nonzero().squeeze(1)
+        out = dm[rows]  # (rows, outputs): the group's rows each output would have kept
+        kept = (units[0] - out.sum(0)[None, :], units[1] - x[rows].T @ out,
+                units[2] - x2[rows].T @ out)  # fmt: skip
+        zg = torch.sigmoid(X @ (w + mean_w(delta[:, :, g]).to(X.dtype))).double() * dm
+        zg[rows] = 0
+        loo[g] = corr(kept, zg)
     with np.errstate(invalid="ignore"):
         var = (n_groups - 1) / n_groups * ((loo - loo.mean(0)) ** 2).sum(0)
     return load, np.sqrt(var)
