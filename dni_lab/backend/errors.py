@@ -7,7 +7,15 @@ from collections.abc import Iterable
 
 
 class DNIError(ValueError):
-    """Base class of every user-facing dni_lab error."""
+    """Base class of every user-facing dni_lab error.
+
+    An error a run meets after some blocks were read, before the block at fault touched
+    any measure state (a record of the wrong kind, a hypothesis failing on a record),
+    carries the frame of the records read before it as ``partial_frame`` (marked partial
+    in ``dl.provenance``); None otherwise.
+    """
+
+    partial_frame: object | None = None
 
 
 class HypothesisError(DNIError):
@@ -27,6 +35,14 @@ class MeasureError(DNIError):
 
 class BehaviorError(DNIError):
     """Unit behaviors are unusable (NaN/inf activations, wrong shapes)."""
+
+
+class RecordError(DNIError):
+    """A record of another kind than the records before it (a stream gone wrong).
+
+    Raised by a run when it meets the record; the message names its position in the data
+    and ``partial_frame`` holds the frame of the records read before it.
+    """
 
 
 class CancelledError(DNIError):

@@ -1,29 +1,28 @@
-"""The streaming block loop: hypotheses and units per block, every measure updated,
-convergence checked per (unit group, hypothesis, measure), early stop, cancel."""
+"""The streaming block loop: blocks read (:mod:`.folding`) until every pair settled
+(:mod:`.stopping`), the data ended, a limit ended it (``max_records``, ``max_seconds``, a
+stream that repeats itself: :mod:`.distinct`) or a cancel; progress in :mod:`.progress`."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
-import torch
 
-from ..errors import DNIError, HypothesisError
+from ..errors import DNIError
 from ..extraction.extract import Extractor, Padding, on_device, resolve_device
-from ..extraction.sparse_block import SparseBlock
-from ..hypothesis.cache import block_key
-from ..hypothesis.hypotheses import BlockCancelled, for_model, hypothesis_block
+from ..hypothesis.hypotheses import BlockCancelled
 from ..measures.base import stop_check
+from .distinct import DistinctRecords
+from .folding import BlockFolding, _symbol_spaces
 from .frames import empty_frame
 from .params import InspectParams
+from .progress import Progress
 from .provenance import RecordsHash, attach, ending, features_sha256, versions, weights_sha256
 from .resolve import (
-    ModelUnits,
     as_cache,
     as_families,
     as_measures,
@@ -35,6 +34,17 @@ from .resolve import (
 )
 from .sources import Part, as_source
 from .states import MeasureState
+from .stopping import (
+    Limit,
+    failed_reasons,
+    limit_now,
+    limit_reasons,
+    record_limit,
+    settled,
+    stopped_reasons,
+)
+
+__all__ = ["LEAVE_OPEN", "Inspection", "Progress"]
 
 #: Once every other pair has converged or is decided, reading stops even if this share of
 #: pairs (rare hypotheses whose interval shrinks slowly) is still open; the frame names
@@ -47,104 +57,7 @@ LEAVE_OPEN = 0.005
 sharded_run: Callable[..., pl.DataFrame] | None = None
 
 
-@dataclass
-class Progress:
-    """Where a run stands; passed to per-block callbacks."""
-
-    records_read: int = 0
-    blocks: int = 0
-    pairs_total: int = 0
-    pairs_converged: int = 0
-    elapsed_s: float = 0.0
-    total_records: int | None = None
-    done: bool = False
-    #: a Stop, ``cancel()`` or Ctrl-C ended the run: its frame is a partial result
-    cancelled: bool = False
-    #: early stopping ended the run before the data's end (every pair settled): not partial
-    stopped_early: bool = False
-
-    @property
-    def share_converged(self) -> float:
-        return self.pairs_converged / self.pairs_total if self.pairs_total else 0.0
-
-    pairs_decided: int = 0
-    #: a sharded run's cluster (:class:`~dni_lab.backend.cluster.view.ClusterView`):
-    #: nodes, workers, shards dealt again, nodes lost, holders rebuilt, Ray's log file
-    cluster: dict[str, Any] | None = None
-    # (elapsed_s, time left) at the last block; private, so not in the repr
-    _estimate: tuple[float, float] | None = field(default=None, repr=False)
-
-    @property
-    def records_per_s(self) -> float | None:
-        """Records read per second so far."""
-        if not self.records_read or self.elapsed_s <= 0:
-            return None
-        return self.records_read / self.elapsed_s
-
-    @property
-    def time_left_s(self) -> float | None:
-        """Seconds left at most (reading to the end of the data), never above the last estimate.
-
-        ``None`` while the data's length is unknown (a generator without ``max_records``).
-        """
-        if self.done:
-            return 0.0
-        if not self.total_records or not self.records_read:
-            return None
-        left = self.elapsed_s / self.records_read * max(self.total_records - self.records_read, 0)
-        if self._estimate is not None:
-            at, before = self._estimate
-            still = before - (self.elapsed_s - at)
-            if still > 0:  # the earlier promise still holds: never raise it
-                left = min(left, still)
-        return left
-
-    @property
-    def ending(self) -> str:
-        """Why reading ended before the data's end, in a header's words; "" otherwise."""
-        if self.cancelled:
-            return "stopped by the user (partial result)"
-        if not (self.done and self.stopped_early):
-            return ""
-        left = self.pairs_total - self.pairs_converged - self.pairs_decided
-        if left > 0:  # LEAVE_OPEN: rare hypotheses, each named in its rows' reason
-            return f"early stopping, {left:,} pairs left open (see reason)"
-        return "every pair settled (early stopping)"
-
-    @property
-    def cluster_text(self) -> str:
-        """A sharded run's cluster in a header's words, e.g. ``"Ray: 3 nodes, 2 workers,
-        1 shard dealt again, 1 node lost"``; "" for a run in one process."""
-        c = self.cluster
-        if not c:
-            return ""
-
-        def n(k: int, word: str) -> str:
-            return f"{k:,} {word}" + ("" if k == 1 else "s")
-
-        parts = [f"Ray: {n(c['nodes'], 'node')}, {n(c['workers'], 'worker')}"]
-        if c.get("shards_redealt"):
-            parts.append(f"{n(c['shards_redealt'], 'shard')} dealt again")
-        if c.get("lost_nodes"):
-            parts.append(f"{n(c['lost_nodes'], 'node')} lost")
-        if c.get("holder_restarts"):
-            parts.append(f"{n(c['holder_restarts'], 'probe holder')} rebuilt")
-        return ", ".join(parts)
-
-    def read_text(self) -> str:
-        """E.g. ``"1,536 of 78,662 records read — every pair settled (early stopping)"``."""
-        of = f" of {self.total_records:,}" if self.total_records else ""
-        text = f"{self.records_read:,}{of} records read"
-        return f"{text} — {self.ending}" if self.ending else text
-
-    def mark(self, elapsed_s: float) -> None:
-        """Record the time at the end of a block and pin the estimate made then."""
-        self.elapsed_s = elapsed_s
-        left = self.time_left_s
-        self._estimate = None if left is None else (elapsed_s, left)
-
-
-class Inspection:
+class Inspection(BlockFolding):
     """A prepared inspection; :meth:`run` executes it block by block.
 
     Parameters
@@ -184,6 +97,9 @@ class Inspection:
         self._padding: dict[str, Padding] = {}  # forward passes' padding, per model
         self._skipped: dict[str, int] = {}  # records a model skipped (too long), per model
         self._records_hash = RecordsHash()
+        self._distinct = DistinctRecords()  # a stream that repeats itself (stopping.py)
+        self._limit: Limit | None = None  # what ended the reading first, if a limit did
+        self._touched = False  # a state saw the block in flight (no partial frame then)
 
     def metadata(self) -> dict[str, Any]:
         """The query's parameters, as stored with an exported frame (``dl.export``)."""
@@ -215,10 +131,24 @@ class Inspection:
                 self.progress.cancelled,
                 self.progress.stopped_early,
             ),
+            **self._ended_by(),
             **self._measure_stops(),
             # a sharded run: its cluster and what failures cost (cluster/view.py)
             **({"cluster": dict(stats)} if (stats := getattr(self, "cluster_stats", None)) else {}),
         }
+
+    def _ended_by(self) -> dict[str, Any]:
+        """What ended the reading: ``"end of data"``, ``"early stopping"``, a limit
+        (``"max_records"``, ``"max_seconds"``, ``"repeats"``, with ``limit_reason``) or
+        ``"stop"``; None while the run reads."""
+        p = self.progress
+        if not p.done:
+            return {"ended_by": None}
+        if p.cancelled:
+            return {"ended_by": "stop"}
+        if p.ended_by is not None and self._limit is not None:
+            return {"ended_by": self._limit.kind, "limit_reason": self._limit.text}
+        return {"ended_by": "early stopping" if p.stopped_early else "end of data"}
 
     def _measure_stops(self) -> dict[str, Any]:
         """Which measures stopped early while others, without an error estimate, read on."""
@@ -275,127 +205,79 @@ class Inspection:
         start = time.perf_counter()
         extractors: dict[str, Extractor] = {}
         for block_records, first in self._blocks():
-            pre = None
-            if not self.states:
-                # a record without symbols is named before a model sees any (counting runs
-                # no model); then units: the probe pass on the first records names a layer
-                # that cannot be read before any hypothesis runs; then a hypothesis whose
-                # level its length cannot tell, before the model reads a block
-                for sp in self._spaces.values():
-                    self._symbol_counts(sp.models, block_records, first)
-                units = self._resolve_units(block_records)
-                try:
-                    pre = self._first_hypotheses(block_records, first)
-                except BlockCancelled:
-                    pass  # the states are still laid out: a Stop now returns their empty rows
-                self._prepare(units)
-                extractors = self._extractors()
-            if not self._read(block_records, first, extractors, pre):
-                break  # a Stop mid-block: no state saw this block, drop it
+            try:
+                if not self._block(block_records, first, extractors):
+                    break  # a Stop mid-block: no state saw this block, drop it
+            except DNIError as exc:  # the frame so far goes with it, if no state saw the block
+                self._keep_partial(exc, start)
+                raise
             self._records_hash.update(block_records)  # provenance: only blocks that counted
+            self._distinct.update(block_records)
             self.progress.records_read = first + len(block_records)
             self.progress.blocks += 1
             self._check_convergence()
             self.progress.mark(time.perf_counter() - start)
             if on_block is not None:
                 on_block(self)
-            if self._cancel or (self.params.eps is not None and self._settled()):
+            if self._cancel or self._settled():
                 break
         return self._finish(start)
 
+    def _block(self, block_records: list[Any], first: int,
+               extractors: dict[str, Extractor]) -> bool:  # fmt: skip
+        """Fold one block, laying out the states at the first; False after a Stop."""
+        self._touched = False
+        self._check_kinds(block_records, first)
+        pre = None
+        if not self.states:
+            # a record without symbols is named before a model sees any (counting runs
+            # no model); then units: the probe pass on the first records names a layer
+            # that cannot be read before any hypothesis runs; then a hypothesis whose
+            # level its length cannot tell, before the model reads a block
+            for sp in self._spaces.values():
+                self._symbol_counts(sp.models, block_records, first)
+            units = self._resolve_units(block_records)
+            try:
+                pre = self._first_hypotheses(block_records, first)
+            except BlockCancelled:
+                pass  # the states are still laid out: a Stop now returns their empty rows
+            self._prepare(units)
+            extractors.update(self._extractors())
+        return self._read(block_records, first, extractors, pre)
+
+    def _keep_partial(self, exc: DNIError, start: float) -> None:
+        """Give ``exc`` the frame of the blocks read before it (``partial_frame``), marked
+        partial; only where blocks were read and no state saw the one at fault."""
+        read = self.progress.records_read
+        if not self.states or not read or self._touched or exc.partial_frame is not None:
+            return
+        frame = failed_reasons(self.frame(final=False), read)
+        self.progress.elapsed_s = time.perf_counter() - start
+        record = {**self.provenance(), "partial": True, "ended_by": "error",
+                  "partial_reason": f"the run failed after {read:,} records: {exc}"}  # fmt: skip
+        exc.partial_frame = attach(frame, record)
+
     def _finish(self, start: float) -> pl.DataFrame:
         """Name the pairs left open, close the progress and return the final frame."""
-        if not self._cancel and not self._read_to_end:
-            for s in self.states:
-                s.leave_open(self.params.eps)
+        limit, eps = self._limit, self.params.eps
+        if not self._cancel and not self._complete():
+            for s in self.states:  # a limit's open pairs name it with their error (below)
+                s.leave_open(eps, rest=limit is None or s.stopped_at is not None)
         with stop_check(lambda: self._cancel):  # a Stop during the final probe fits
             frame = self.frame(final=True)
         p, cancelled = self.progress, self._cancel  # one answer, though a Stop may come now
         if cancelled:  # before or during the final fits: each open pair says why
-            frame = _stopped_reasons(frame, p.records_read)
+            frame = stopped_reasons(frame, p.records_read)
+        elif limit is not None:  # a limit ends reading, it settles no score
+            frame = limit_reasons(frame, limit, eps)
         p.cancelled = cancelled
-        p.stopped_early = not cancelled and not self._read_to_end
-        if self._read_to_end:  # a generator's length is known once it ended
+        p.ended_by = limit.text if limit is not None and not cancelled else None
+        p.stopped_early = not cancelled and not self._read_to_end and limit is None
+        if self._complete():  # a generator's length is known once it ended
             p.total_records = p.records_read
         p.done = True
         p.elapsed_s = time.perf_counter() - start
         return attach(frame, self.provenance())
-
-    def _extractors(self) -> dict[str, Extractor]:
-        return {
-            mu.model.name: Extractor(
-                mu.model, mu.layer_units, self.params.behavior, self.device,
-                features=mu.features, sparse=True,
-                forward_batch=self.params.forward_batch,
-                padding=self._padding.setdefault(mu.model.name, Padding()),
-            )
-            for mu in self._active_models()
-        }
-
-    def _first_hypotheses(
-        self, records: list[Any], first: int
-    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """The first block's hypothesis blocks of every symbol space, before any model runs."""
-        rkey = block_key(records)
-        return {
-            key: self._hypothesis_block(
-                key, records, self._symbol_counts(sp.models, records, first), first, set(), rkey
-            )
-            for key, sp in self._spaces.items()
-        }
-
-    def _read(
-        self,
-        block_records: list[Any],
-        first: int,
-        extractors: dict[str, Extractor],
-        pre: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
-    ) -> bool:
-        """Fold one block (records ``first``, ``first + 1``, ...) into every active state.
-
-        ``pre``: hypothesis blocks already computed for it, by symbol space.
-        False when a cancel arrived before any state saw the block.
-        """
-        counts = {
-            key: self._symbol_counts(sp.models, block_records, first)
-            for key, sp in self._spaces.items()
-        }
-        for sp in self._spaces.values():  # provenance: records a model skipped, per model
-            for m in sp.models:
-                if getattr(m, "skips", None) is not None:
-                    n = sum(1 for r in block_records if m.skips(r))
-                    self._skipped[m.name] = self._skipped.get(m.name, 0) + n
-        skip = self._finished_families()
-        rkey = block_key(block_records)  # once: the hypothesis cache and the behavior memo
-        blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = dict(pre or {})
-        try:  # every symbol space's hypotheses first: a Stop leaves no state half-updated
-            for mu in self._active_models():
-                key = _space_key(mu.model)
-                if key not in blocks:  # one hypothesis block per symbol space, shared
-                    blocks[key] = self._hypothesis_block(
-                        key, block_records, counts[key], first, skip, rkey
-                    )
-        except BlockCancelled:
-            return False
-        if self._cancel:
-            return False
-        with stop_check(lambda: self._cancel):  # probes stop optimising on a Stop
-            for mu in self._active_models():
-                H, mask = blocks[_space_key(mu.model)]
-                parts = extractors[mu.model.name](block_records, mask, first, rkey)
-                U = _units_block([parts[a] for a in mu.layer_units])
-                for s in self._states_of(mu):
-                    if s.stopped_at is not None:  # settled while others read on
-                        continue
-                    cols = s.columns
-                    if isinstance(U, SparseBlock):  # one sparse feature set: its latents
-                        if len(cols) == mu.n_units and hasattr(s.measure, "update_sparse"):
-                            s.accumulator = s.measure.update_sparse(s.accumulator, U, H, mask)
-                            continue
-                        U = U.dense()  # once per block, for the measures that need it
-                    Ug = U if len(cols) == mu.n_units else U[..., torch.as_tensor(cols)]
-                    s.accumulator = s.measure.update(s.accumulator, Ug, H, mask)
-        return True
 
     def _blocks(self) -> Iterator[tuple[list[Any], int]]:
         for part in self._parts():
@@ -403,53 +285,23 @@ class Inspection:
 
     def _parts(self) -> Iterator[Part]:
         """The data's blocks as :class:`~.sources.Part` objects (a cluster's workers read
-        a file's parts themselves); sets ``_read_to_end`` once the data ended."""
-        any_part = False
-        for part in self.data.parts(self.params.block_size, self.params.max_records):
-            any_part = True
+        a file's parts themselves); sets ``_read_to_end`` once the data ended, or
+        ``_limit`` when ``max_records`` ended it first (a stream of unknown length that
+        reached it counts as cut: whether more would have come is not known)."""
+        read, limit, total = 0, self.params.max_records, self.data.total
+        for part in self.data.parts(self.params.block_size, limit):
+            read += part.count
             yield part
-        self._read_to_end = True
-        if not any_part:
+        if not read:
             raise DNIError("the data holds no records; pass a non-empty sequence.")
+        if limit is not None and read >= limit and (total is None or total > limit):
+            self._limit = record_limit(limit)
+        self._read_to_end = True
 
-    def _hypothesis_block(
-        self,
-        key: str,
-        records: list[Any],
-        n_sym: list[int],
-        first: int,
-        skip: set[int],
-        records_key: str | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hypotheses ``(R, T, n_hyps)`` of one symbol space and its ``(R, T)`` mask."""
-        space = self._spaces[key]
-        H = torch.from_numpy(
-            hypothesis_block(
-                space.families, records, n_sym, first, self.cache, space.fingerprints, skip,
-                cancelled=lambda: self._cancel, records_key=records_key,
-            )
-        ).to(self.device)
-        mask = (
-            torch.arange(H.shape[1], device=self.device)[None, :]
-            < torch.as_tensor(n_sym, device=self.device)[:, None]
-        )
-        return H, mask
-
-    def _symbol_counts(self, models: list[Any], records: list[Any], first: int) -> list[int]:
-        counts = [models[0].symbols(r) for r in records]
-        for m in models[1:]:
-            other = [m.symbols(r) for r in records]
-            if other != counts:
-                i = next(i for i, (a, b) in enumerate(zip(counts, other, strict=True)) if a != b)
-                raise DNIError(
-                    f"models {models[0].name!r} and {m.name!r} count different symbols for "
-                    f"record {first + i} ({counts[i]} vs {other[i]}); give them the same symbols=."
-                )
-        skips = getattr(models[0], "skips", None)  # a model may skip some records (too long)
-        empty = [i for i, n in enumerate(counts) if n < 1 and not (skips and skips(records[i]))]
-        if empty:
-            raise HypothesisError(f"record {first + empty[0]} has no symbols; drop empty records.")
-        return counts
+    def _complete(self) -> bool:
+        """The data was read to its end, no limit cut it and no Stop came: every score is
+        its full-data value."""
+        return self._read_to_end and self._limit is None and not self._cancel
 
     def _resolve_units(self, sample: list[Any]) -> list[Any]:
         """Every model's units, from one probe pass on the first records of ``sample``."""
@@ -483,17 +335,6 @@ class Inspection:
         self.progress.pairs_total = sum(s.converged.size for s in states)
         self.states = states
 
-    def _active_models(self) -> list[ModelUnits]:
-        """Models with a pair still to converge (all of them when reading everything)."""
-        seen: dict[str, ModelUnits] = {}
-        for s in self.states:
-            if not s.converged.all() or self.params.eps is None:
-                seen.setdefault(s.model_name, s.model_units)
-        return list(seen.values())
-
-    def _states_of(self, mu: ModelUnits) -> list[MeasureState]:
-        return [s for s in self.states if s.model_units is mu]
-
     def _checks(self) -> bool:
         """Whether convergence is checked after this block (early stopping, enough read)."""
         return self.params.eps is not None and self.progress.records_read >= self.params.min_records
@@ -510,28 +351,15 @@ class Inspection:
         self.progress.pairs_decided = int(sum(s.decided.sum() for s in self.states))
 
     def _settled(self) -> bool:
-        """Every pair converged or decided, but for at most LEAVE_OPEN of them.
-
-        A measure without an error estimate (``diffmeans``, ``mi``, ...) never settles and
-        reads every record; the states of the measures that have one still stop at the
-        point they would stop without it (:meth:`MeasureState.stop`), and reading goes on
-        for the others only.
-        """
-        if not self.states:
-            return False
-        endless = [s for s in self.states if not s.measure.has_error and not s.converged.all()]
-        settling = [s for s in self.states if s.measure.has_error and s.stopped_at is None]
-        if settling and _few_open(settling) and endless:
-            for s in settling:
-                s.stop(self.params.eps, self.progress.records_read)
-        return not endless and _few_open(self.states)
-
-    def _finished_families(self) -> set[int]:
-        """Families whose every score has converged in every state: no need to run them."""
-        if self.params.eps is None or not self.states:
-            return set()
-        done = np.logical_and.reduce([s.converged.all(axis=0) for s in self.states])
-        return {j for j, cols in enumerate(self._family_cols) if done[cols].all()}
+        """Whether reading ends after this block: every pair converged or decided but for
+        at most LEAVE_OPEN of them (:func:`.stopping.settled`), or a limit was reached
+        (``max_seconds``, a repeating stream: then ``_limit`` says which)."""
+        eps, read = self.params.eps, self.progress.records_read
+        if eps is not None and settled(self.states, eps, read, LEAVE_OPEN):
+            return True
+        self._limit = limit_now(self.params, self.progress.elapsed_s, self._distinct,
+                                stream=self.data.total is None)  # fmt: skip
+        return self._limit is not None
 
     def _all_converged(self) -> bool:
         return bool(self.states) and all(s.converged.all() for s in self.states)
@@ -552,62 +380,12 @@ class Inspection:
                 currents.append(s.measure.result(s.accumulator, confidence))
             else:
                 currents.append(s.measure.peek(s.accumulator, confidence))
-        complete = final and self._read_to_end and not self._cancel  # after: a Stop may come
+        complete = final and self._complete()  # after the fits: a Stop may come
         parts = [
             s.rows(current, self.hids, self.progress.records_read, complete)
             for s, current in zip(states, currents, strict=True)
         ]
         return pl.concat(parts, how="vertical")
-
-
-@dataclass
-class _Space:
-    """Models that read the same symbols, and the hypothesis families as they read them."""
-
-    models: list[Any]
-    families: list[Any]
-    fingerprints: list[str | None] | None
-
-
-def _space_key(model: Any) -> str:
-    # a model whose symbols are not the records' own (tokens) names its space and aligns
-    return getattr(model, "symbol_space", "records")
-
-
-def _symbol_spaces(models: list[Any], families: list[Any], cached: bool) -> dict[str, _Space]:
-    spaces: dict[str, _Space] = {}
-    for m in models:
-        key = _space_key(m)
-        if key not in spaces:
-            fams = for_model(families, m)
-            fps = [f.fingerprint() for f in fams] if cached else None
-            spaces[key] = _Space([], fams, fps)
-        spaces[key].models.append(m)
-    return spaces
-
-
-def _units_block(parts: list[Any]) -> Any:
-    """A model's behaviors of one block: one tensor, or the sparse block of a lone sparse set."""
-    if len(parts) == 1:
-        return parts[0]
-    return torch.cat([p.dense() if isinstance(p, SparseBlock) else p for p in parts], dim=2)
-
-
-def _few_open(states: list[MeasureState]) -> bool:
-    """At most LEAVE_OPEN of ``states``' pairs are neither converged nor decided.
-
-    A saturated state's open pairs count as settled: reading on cannot settle them.
-    """
-    open_pairs = sum(int((~(s.converged | s.decided)).sum()) for s in states
-                     if s.saturated is None)  # fmt: skip
-    return open_pairs <= LEAVE_OPEN * sum(s.converged.size for s in states)
-
-
-def _stopped_reasons(frame: pl.DataFrame, records_read: int) -> pl.DataFrame:
-    """A Stop, not its error, ended the reading of each open pair: its reason says so."""
-    why = f"not converged: stopped by the user after {records_read:,} records"
-    open_ = ~pl.col("converged") & pl.col("reason").is_null()
-    return frame.with_columns(reason=pl.when(open_).then(pl.lit(why)).otherwise(pl.col("reason")))
 
 
 def _plain(params: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ once, by one rule, with one message.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,11 @@ def _count(v: Any) -> bool:
 #: Field -> (is the value valid?, what a valid value is). The query layer uses the same
 #: rules to put its caret under a bad ``WITH`` value.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "eps": (lambda v: v is None or (_number(v) and v > 0), "a positive number or NULL (None)"),
-    "confidence": (lambda v: _number(v) and 0 < v < 1, "a number between 0 and 1"),
+    "eps": (
+        lambda v: v is None or (_number(v) and 0 < v < math.inf),
+        "a positive number or NULL (None: read every record)",
+    ),
+    "confidence": (lambda v: _number(v) and 0 < v < 1, "a number strictly between 0 and 1"),
     "block_size": (lambda v: _count(v) and v > 0, "a positive whole number"),
     "device": (
         lambda v: isinstance(v, (str, torch.device)),
@@ -46,7 +50,11 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v is None or isinstance(v, (bool, str, Path, HypothesisCache)),
         "TRUE, FALSE or a directory",
     ),
-    "max_records": (lambda v: v is None or (_count(v) and v > 0), "a positive count"),
+    "max_records": (lambda v: v is None or (_count(v) and v > 0), "a positive count or None"),
+    "max_seconds": (
+        lambda v: v is None or (_number(v) and 0 < v < math.inf),
+        "a positive number of seconds or None",
+    ),
     "min_records": (lambda v: _count(v) and v >= 0, "a count of 0 or more"),
     "cluster": (
         lambda v: v is None or isinstance(v, bool) or (isinstance(v, str) and v.strip() != "")
@@ -83,7 +91,12 @@ class InspectParams:
     cache : HypothesisCache, path, bool or None
         Hypothesis-behavior cache; None uses the process-wide default, False none.
     max_records : int or None
-        Read at most this many records.
+        Read at most this many records. A budget ends reading, it does not settle a
+        score: a pair still open when it ends the run stays open (``converged=False``),
+        its ``reason`` naming the budget and its error.
+    max_seconds : float or None
+        Read for at most this many seconds of wall-clock time (checked after each block);
+        pairs open when it ends the run stay open, as with ``max_records``.
     min_records : int
         Read at least this many records before any pair may stop early.
     cluster : str, int, bool or None
@@ -124,6 +137,7 @@ class InspectParams:
     behavior: str | Callable[..., Any] = "activation"
     cache: HypothesisCache | str | Path | bool | None = None
     max_records: int | None = None
+    max_seconds: float | None = None
     min_records: int = 0
     cluster: str | int | bool | None = None
     workers: int | None = None

@@ -196,17 +196,24 @@ class MeasureState:
         self.saturated = saturated
         self.leave_open(eps)
 
-    def leave_open(self, eps: float | None) -> None:
-        """Name why each pair still open when reading stopped early was left open."""
+    def leave_open(self, eps: float | None, rest: bool = True) -> None:
+        """Name why each pair still open when reading stopped early was left open.
+
+        ``rest=False``: only the decided pairs; a limit that ended the reading names the
+        others, with their error (:func:`.stopping.limit_reasons`).
+        """
         if eps is None:
             return
         why = np.full(self.converged.shape, None, dtype=object)
         why[self.decided] = self.decided_why
-        rest = ~self.converged & ~self.decided
+        if not rest:
+            self.open_reason = why
+            return
+        others = ~self.converged & ~self.decided
         if self.saturated is not None:
-            why[rest] = f"left open: {self.saturated}"
+            why[others] = f"left open: {self.saturated}"
         else:
-            why[rest] = f"left open: error above eps={eps} when reading stopped (rare signal)"
+            why[others] = f"left open: error above eps={eps} when reading stopped (rare signal)"
         self.open_reason = why
 
     def _sample_at_end(self, result: MeasureResult, why: str) -> tuple[MeasureResult, np.ndarray]:
