@@ -26,6 +26,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "local_iou": ("iou", "LocalIoU"),
     "auroc": ("auroc", "AUROC"),
     "prf1": ("prf1", "PRF1"),
+    "lda": ("lda", "LDA"),
 }
 
 

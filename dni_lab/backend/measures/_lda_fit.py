@@ -1,0 +1,241 @@
+"""The closed-form probe's statistics and fits: per-part Gram moments, LDA from them.
+
+:class:`Gram` holds, per part of the rows (a fold, a record group), the count, the means
+of the units and of the 0/1 targets and the centered co-moments ``Cuu`` (units × units)
+and ``Cuy`` (units × outputs), in float64. Parts merge exactly with Chan et al.'s
+pairwise union (:meth:`Gram.combine`) and come apart again with its reverse
+(:meth:`Gram.without`), so a fold's model is the union of the other folds and a
+jackknife replicate is the total less one group, without revisiting a row.
+
+:func:`fit` turns a Gram into Fisher's discriminant per output. For a 0/1 target the
+least-squares direction ``Σ⁻¹ c`` (``Σ`` the units' total covariance, ``c`` their
+covariance with the target) is Fisher's ``Σ_W⁻¹ (μ₁ - μ₀)`` up to scale (Sherman–Morrison:
+``Σ = Σ_W + π₁π₀ d dᵀ``), also with a ridge ``λI`` added to both, so one Cholesky factor
+of the standardised units' correlation matrix gives every output's direction; with
+``R² = cᵀΣ⁻¹c / (π₁π₀)`` the Mahalanobis distance is ``D² = R² / (π₁π₀ (1 - R²))`` and
+Fisher's direction ``Σ⁻¹c / (π₁π₀ (1 - R²))``, which makes the Gaussian LDA log-odds
+``wᵀ(x - (μ₁ + μ₀)/2) + log(π₁/π₀)`` closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._common import F64
+
+#: The largest R² a fit keeps (a separable target would give Fisher's direction infinite scale).
+_R2_MAX = 1.0 - 1e-9
+
+
+@dataclass
+class Gram:
+    """Count, means and centered co-moments of some rows; leading dimensions broadcast."""
+
+    n: torch.Tensor  # (...,)
+    mean_u: torch.Tensor  # (..., U)
+    mean_y: torch.Tensor  # (..., O)
+    cuu: torch.Tensor  # (..., U, U)
+    cuy: torch.Tensor  # (..., U, O)
+
+    @classmethod
+    def zeros(cls, lead: tuple[int, ...], nu: int, no: int, device) -> Gram:
+        def z(*dims: int) -> torch.Tensor:
+            return torch.zeros((*lead, *dims), dtype=F64, device=device)
+
+        return cls(z(), z(nu), z(no), z(nu, nu), z(nu, no))
+
+    def combine(self, other: Gram) -> Gram:
+        """Chan et al.'s union (exact; an empty side contributes nothing)."""
+        n = self.n + other.n
+        safe = n.clamp_min(1.0)
+        w = (other.n / safe)[..., None]
+        f = (self.n * other.n / safe)[..., None, None]
+        du, dy = other.mean_u - self.mean_u, other.mean_y - self.mean_y
+        return Gram(
+            n=n,
+            mean_u=self.mean_u + du * w,
+            mean_y=self.mean_y + dy * w,
+            cuu=self.cuu + other.cuu + du[..., :, None] * du[..., None, :] * f,
+            cuy=self.cuy + other.cuy + du[..., :, None] * dy[..., None, :] * f,
+        )
+
+    def without(self, part: Gram) -> Gram:
+        """The rows of ``self`` that are not in ``part`` (Chan's union reversed)."""
+        n = self.n - part.n
+        safe = n.clamp_min(1.0)[..., None]
+        mean_u = (self.n[..., None] * self.mean_u - part.n[..., None] * part.mean_u) / safe
+        mean_y = (self.n[..., None] * self.mean_y - part.n[..., None] * part.mean_y) / safe
+        f = (n * part.n / self.n.clamp_min(1.0))[..., None, None]
+        du, dy = part.mean_u - mean_u, part.mean_y - mean_y
+        return Gram(
+            n=n,
+            mean_u=mean_u,
+            mean_y=mean_y,
+            cuu=self.cuu - part.cuu - du[..., :, None] * du[..., None, :] * f,
+            cuy=self.cuy - part.cuy - du[..., :, None] * dy[..., None, :] * f,
+        )
+
+    def part(self, i: int) -> Gram:
+        return Gram(self.n[i], self.mean_u[i], self.mean_y[i], self.cuu[i], self.cuy[i])
+
+    def total(self) -> Gram:
+        """The union of the parts along the first dimension, in their order."""
+        out = self.part(0)
+        for i in range(1, int(self.n.shape[0])):
+            out = out.combine(self.part(i))
+        return out
+
+    def leave_one_out(self) -> Gram:
+        """``(P, ...)``: part ``p``'s complement, the union of the other parts in order.
+
+        Built by unions, never by subtraction, so a fold's model does not depend on how
+        large the other folds are (no cancellation).
+        """
+        P = int(self.n.shape[0])
+        outs = []
+        for p in range(P):
+            rest = [i for i in range(P) if i != p]
+            acc = self.part(rest[0])
+            for i in rest[1:]:
+                acc = acc.combine(self.part(i))
+            outs.append(acc)
+        return stack(outs)
+
+    def to(self, device) -> Gram:
+        return Gram(*(t.to(device) for t in (self.n, self.mean_u, self.mean_y, self.cuu, self.cuy)))
+
+
+def stack(grams: list[Gram]) -> Gram:
+    """Grams stacked along a new first dimension."""
+    return Gram(*(torch.stack([getattr(g, f) for g in grams]) for f in Gram.__dataclass_fields__))
+
+
+def row_grams(X: torch.Tensor, Y: torch.Tensor, part: torch.Tensor, P: int) -> Gram:
+    """``(P, ...)`` Grams of the rows of each part: ``X`` ``(n, U)``, ``Y`` ``(n, O)`` float32.
+
+    Each part is centred on its own float32 mean before its float32 GEMM, and the mean's
+    residual taken out in float64 (``Σ(x-m)(y-m') = C + n·rx·ry``), as ``ridge`` does.
+    """
+    nu, no = X.shape[1], Y.shape[1]
+    out = Gram.zeros((P,), nu, no, X.device)
+    order = torch.argsort(part, stable=True)
+    counts = torch.bincount(part, minlength=P).tolist()
+    start = 0
+    for p, c in enumerate(counts):
+        rows = order[start : start + c]
+        start += c
+        if c == 0:
+            continue
+        Xp, Yp = X.index_select(0, rows), Y.index_select(0, rows)
+        mu, my = Xp.mean(0), Yp.mean(0)
+        Xp.sub_(mu)
+        Yp.sub_(my)
+        ru, ry = Xp.sum(0).to(F64) / c, Yp.sum(0).to(F64) / c
+        prod = (Xp.T @ torch.cat([Xp, Yp], dim=1)).to(F64)
+        out.n[p] = c
+        out.mean_u[p] = mu.to(F64) + ru
+        out.mean_y[p] = my.to(F64) + ry
+        out.cuu[p] = prod[:, :nu] - c * torch.outer(ru, ru)
+        out.cuy[p] = prod[:, nu:] - c * torch.outer(ru, ry)
+    return out
+
+
+@dataclass
+class Fit:
+    """Fisher discriminants per output, in raw units: ``logit = x @ w + off``."""
+
+    w: torch.Tensor  # (..., U, O)
+    off: torch.Tensor  # (..., O)
+    loading: torch.Tensor  # (..., U, O) each unit's correlation with the discriminant
+    const_u: torch.Tensor  # (..., U) bool: units constant over the rows (left out)
+
+
+def fit(g: Gram, alpha: float, rel_tol: float) -> Fit:
+    """Ridge-regularised LDA of every output from ``g`` (any leading dimensions).
+
+    Units are standardised (their correlation matrix ``R``, plus ``alpha`` times the
+    identity: ``alpha`` is relative to the mean eigenvalue, 1), and those constant over
+    the rows decouple with a zero coefficient. A unit's loading is its correlation with
+    the discriminant, ``(Rβ)_i / sqrt(βᵀRβ)``: without a ridge exactly its correlation
+    with the target divided by the fit's multiple correlation ``R``.
+    """
+    n = g.n.clamp_min(1.0)[..., None]
+    var = g.cuu.diagonal(dim1=-2, dim2=-1) / n
+    const = var <= rel_tol * torch.clamp(g.mean_u * g.mean_u, min=1.0)
+    sd = torch.where(const, torch.ones_like(var), var.clamp_min(1e-300).sqrt())
+    keep = (~const).to(F64)
+    R = g.cuu / n[..., None] / (sd[..., :, None] * sd[..., None, :])
+    R = R * keep[..., :, None] * keep[..., None, :]
+    eye = torch.eye(R.shape[-1], dtype=F64, device=R.device)
+    c = g.cuy / n[..., None] / sd[..., :, None] * keep[..., :, None]
+    A = R + eye * (alpha + (1 - keep))[..., None, :]  # a constant unit: identity row
+    L, _ = torch.linalg.cholesky_ex(A)
+    beta = torch.cholesky_solve(c, L)  # (..., U, O) standardised least-squares slopes
+    p1 = g.mean_y.clamp(1e-12, 1 - 1e-12)
+    v = p1 * (1 - p1)
+    r2 = ((c * beta).sum(-2) / v).clamp(0.0, _R2_MAX)
+    d2 = r2 / (v * (1 - r2))
+    w_s = beta / (v * (1 - r2))[..., None, :]
+    w = w_s / sd[..., :, None]
+    off = -(g.mean_u[..., :, None] * w).sum(-2) - (1 - 2 * p1) / 2 * d2 + torch.log(p1 / (1 - p1))
+    Rb = R @ beta
+    den = (beta * Rb).sum(-2).clamp_min(0).sqrt()[..., None, :]
+    nan = torch.full_like(Rb, float("nan"))
+    loading = torch.where((den > 0) & ~const[..., :, None], Rb / den.clamp_min(1e-300), nan)
+    return Fit(w, off, loading.clamp(-1, 1), const)
+
+
+def predict(X: torch.Tensor, folds: torch.Tensor, f: Fit, k: int,
+            center: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``(n, O)`` each row's logit under the model of its own (held-out) fold.
+
+    ``center`` (the units' mean, float32) is taken off ``X`` first, so that units far from
+    0 keep their float32 digits in the product.
+    """
+    z = torch.empty(X.shape[0], f.w.shape[-1], dtype=torch.float32, device=X.device)
+    c64 = center.to(F64)
+    for fo in range(k):
+        idx = (folds == fo).nonzero().squeeze(1)
+        if len(idx):
+            w = f.w[fo]
+            off = f.off[fo] + c64 @ w
+            z[idx] = (X.index_select(0, idx) - center) @ w.float() + off.float()
+    return z
+
+
+def thresholds(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, defined: torch.Tensor | None,
+               k: int, rule: str, bins: int, span: float) -> torch.Tensor:  # fmt: skip
+    """``(n, O)`` bool predictions: each fold's rows above its threshold.
+
+    ``rule="gaussian"`` thresholds the LDA log-odds at 0 (the Bayes rule if the classes
+    were Gaussian with one covariance). ``"accuracy"`` and ``"f1"`` pick, for fold ``f``,
+    the threshold that maximises that criterion over the *other* folds' held-out logits
+    (each under its own model: out of sample, so no row chooses its own threshold), from
+    per-fold histograms of ``bins`` bins over ``[-span, span]``; ties go to the bin edge
+    nearest 0. Integer counts: the choice does not depend on the order rows were read in.
+    """
+    if rule == "gaussian":
+        return z > 0
+    O = z.shape[1]
+    b = ((z.clamp(-span, span) + span) * (bins / (2 * span))).long().clamp(0, bins - 1)
+    wt = torch.ones_like(z, dtype=F64) if defined is None else defined.to(F64)
+    idx = ((folds[:, None] * O + torch.arange(O, device=z.device)) * 2 + y.long()) * bins + b
+    hist = torch.zeros(k * O * 2 * bins, dtype=F64, device=z.device)
+    hist.index_add_(0, idx.reshape(-1), wt.reshape(-1))
+    hist = hist.view(k, O, 2, bins)
+    other = hist.sum(0, keepdim=True) - hist  # (k, O, 2, bins)
+    # predicted positive where bin >= e, for e in 0..bins: counts at or above each edge
+    above = torch.cat([other.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(other[..., :1])], -1)
+    tp, fp = above[:, :, 1], above[:, :, 0]
+    pos, neg = other[:, :, 1].sum(-1, keepdim=True), other[:, :, 0].sum(-1, keepdim=True)
+    if rule == "accuracy":
+        score = tp + (neg - fp)
+    else:
+        score = 2 * tp / (2 * tp + fp + (pos - tp)).clamp_min(1e-300)
+    # ties: the edge nearest the Gaussian threshold (edge bins // 2)
+    near = -(torch.arange(bins + 1, device=z.device) - bins // 2).abs().to(F64) * 1e-12
+    score = score / score.abs().amax(-1, keepdim=True).clamp_min(1e-300) + near
+    edge = score.argmax(-1)  # (k, O)
+    return b >= edge[folds]

@@ -1,0 +1,321 @@
+"""Closed-form probe: Fisher's linear discriminant of every hypothesis from co-moments.
+
+The fit needs no optimiser. Per fold, the state keeps float64 centered moments of the
+units and the 0/1 targets (count, means, ``Cuu`` units × units, ``Cuy`` units × outputs:
+:class:`._lda_fit.Gram`), folded in block by block with Chan et al.'s union, which is
+also :meth:`LDA.merge`. Fold ``f``'s model is the union of the other folds' moments, and
+one Cholesky factor per fold gives every output's direction (:func:`._lda_fit.fit`:
+ridge-regularised LDA on standardised units, equal to least squares up to scale). Folds
+follow from each record's content (``logreg.record_codes``, as ``logreg``'s): a record
+never splits, and the full-data answer does not depend on the order records arrive in.
+
+The held-out F1 needs scores of held-out rows, so the state also keeps every row read,
+as ``logreg`` does (``X`` float32 ``(n, units)``). A *checkpoint* projects each row with
+its own fold's model (one GEMM), thresholds the logits (``threshold``), and pools the
+folds' confusion counts; its grouped-jackknife error comes from record groups
+(``logreg.record_groups``, copies of a record are separate draws) through
+``confusion_by_group``/``f1_and_se``. Categorical hypotheses are one output per category
+(one-vs-rest) with a macro F1, as in ``logreg``.
+
+A unit's score is its *loading*, its correlation with the full-data discriminant,
+``(Σw)_i / sqrt(Σ_ii · wᵀΣw)``: identifiable (near-copies of a unit get the same
+loading; coefficients are not), on corr's scale, and exact from the moments. Its error is
+the record-group jackknife with the fit refitted without each group: the groups' moments
+come from the kept rows at a checkpoint, and each replicate is the total less one group.
+A refit, not the fit held fixed, because the loading is ``corr / R`` (the fit's multiple
+correlation moves with the records; ``logreg``'s loadings showed the same).
+
+Early stopping reuses ``logreg``'s drift logic (``_probe_error.error``): once a
+convergence check has run, a block triggers a checkpoint whenever the records read grew
+by a factor since the last one; a score's error is the larger of its sampling half-width
+and its change since the checkpoint at half the records. Without early stopping
+(``eps=None``) no checkpoint runs before :meth:`result`, whose error is then the
+sampling half-width alone (the scores are the full data's: there is no drift to bound).
+
+A hypothesis undefined (NaN) at some rows: its outputs' moments are rebuilt at each
+checkpoint from the kept rows where it is defined (those rows are left out of its fit
+and its F1); a run without NaN pays nothing for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import MeasureError
+from . import _lda_fit as lf
+from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
+from ._probe_error import Checkpoint, confusion_by_group, error, f1_and_se, pick_per_unit
+from .base import HypothesisInfo, Measure, MeasureResult
+from .logreg import LogReg, _per_hyp_all, class_records, record_codes, record_groups
+
+_RULES = ("accuracy", "f1", "gaussian")
+
+
+@dataclass
+class LDAState:
+    folds: lf.Gram  # (folds, ...) moments of each fold's rows
+    X: torch.Tensor  # (n, units) behaviors of every row read
+    Y: torch.Tensor  # (n, outputs) 0/1 targets
+    fold: torch.Tensor  # (n,)
+    code: torch.Tensor  # (n,) content code of each row's record
+    rec: torch.Tensor  # (n,) serial of each row's record in reading order
+    out_hyp: np.ndarray  # (outputs,) hypothesis of each output
+    info: list[HypothesisInfo] = field(default_factory=list)
+    defined: torch.Tensor | None = None  # (n, outputs) bool; None while every value is
+    n_undef: torch.Tensor | None = None
+    n_records: int = 0
+    checks: list[Checkpoint] = field(default_factory=list)
+    stopping: bool = False  # a convergence check ran: checkpoints follow the reading
+    growth: float | None = None
+
+
+class LDA(Measure):
+    """Closed-form probe (Fisher's LDA, ridge-regularised) over a unit group.
+
+    Parameters
+    ----------
+    folds : int
+        Cross-validation folds (records, never split; the same folds as ``logreg``'s).
+    alpha : float
+        Ridge added to the standardised units' correlation matrix (relative to its mean
+        eigenvalue, 1): keeps collinear units solvable.
+    threshold : {"accuracy", "f1", "gaussian"}
+        Where a fold's logits turn positive. ``"accuracy"`` (the default): the threshold
+        of most correct rows on the other folds' held-out logits, the decision ``logreg``
+        makes (a probability of 0.5); ``"f1"``: of the best F1 there; ``"gaussian"``: LDA
+        log-odds 0 (the Bayes rule for Gaussian classes with one covariance).
+    groups : int
+        Record groups of the grouped jackknife (the F1's and the loadings' errors).
+    checkpoint_growth, max_growth : float
+        Under early stopping, the growth of the records read that triggers a checkpoint,
+        adapted between the two to how far the open groups' errors are from eps (as
+        ``logreg``).
+    min_class_records : int
+        A hypothesis gets an error once each class of each output occurred in this many
+        records (as ``logreg``).
+    bins, span : int, float
+        Histogram of the logits the threshold is chosen from: ``bins`` bins over
+        ``[-span, span]`` (log-odds).
+    rel_tol : float
+        Relative variance below which a unit counts as constant.
+    """
+
+    name = "lda"
+    joint = True
+    has_error = True
+    kinds = ("binary", "categorical")
+
+    def __init__(
+        self,
+        folds: int = 5,
+        alpha: float = 1e-4,
+        threshold: str = "accuracy",
+        groups: int = 20,
+        checkpoint_growth: float = 1.5,
+        max_growth: float = 4.0,
+        min_class_records: int = 100,
+        bins: int = 512,
+        span: float = 16.0,
+        rel_tol: float = 1e-10,
+    ) -> None:
+        if threshold not in _RULES:
+            raise MeasureError(
+                f"LDA(threshold={threshold!r}) is not a threshold rule: use one of "
+                f"{', '.join(map(repr, _RULES))}"
+            )
+        self.folds = folds
+        self.alpha = alpha
+        self.threshold = threshold
+        self.groups = groups
+        self.checkpoint_growth = checkpoint_growth
+        self.max_growth = max_growth
+        self.min_class_records = min_class_records
+        self.bins = bins
+        self.span = span
+        self.rel_tol = rel_tol
+
+    # -- protocol ---------------------------------------------------------------
+    def start(self, n_units, n_hyps, device="cpu", info: list[HypothesisInfo] | None = None):
+        info = info or [HypothesisInfo(str(j), "binary") for j in range(n_hyps)]
+        out_hyp = []
+        for j, i in enumerate(info):  # a category's indicator row is its parent's output
+            if i.parent is None and i.kind in self.kinds:
+                out_hyp += [j] * (int(i.n_categories or 2) if i.kind == "categorical" else 1)
+        no = len(out_hyp)
+        e = lambda *s, dt=torch.float32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
+        return LDAState(
+            folds=lf.Gram.zeros((self.folds,), n_units, no, device), X=e(0, n_units),
+            Y=e(0, no), fold=e(0, dt=torch.long), code=e(0, dt=torch.long),
+            rec=e(0, dt=torch.long), out_hyp=np.asarray(out_hyp, dtype=np.int64), info=info,
+        )  # fmt: skip
+
+    def update(self, state: LDAState, U, H, mask):
+        R, T = mask.shape
+        und = count_undefined(state, H, mask)
+        code = record_codes(H, mask)[:, None].expand(R, T)[mask]
+        rec = (state.n_records + torch.arange(R, device=mask.device))[:, None].expand(R, T)[mask]
+        X, Hm = U[mask].float(), H[mask]
+        Y = LogReg._targets(None, state, Hm)  # type: ignore[arg-type]  # 0 where undefined
+        D = None
+        if und is not None or state.defined is not None:
+            D = ~torch.isnan(Hm[:, torch.as_tensor(state.out_hyp, dtype=torch.long)])
+        fold = code % self.folds
+        if len(X):
+            state.folds = state.folds.combine(lf.row_grams(X, Y, fold, self.folds))
+        _append(state, X, Y, fold, code, rec, D)
+        state.n_records += R
+        last = state.checks[-1].n_records if state.checks else 0
+        if state.stopping and len(state.X) and state.n_records >= (state.growth or 1.0) * last:
+            self._checkpoint(state)
+        return state
+
+    def merge(self, a: LDAState, b: LDAState) -> LDAState:
+        out = LDAState(
+            folds=a.folds.combine(b.folds.to(a.X.device)), X=a.X, Y=a.Y, fold=a.fold,
+            code=a.code, rec=a.rec, out_hyp=a.out_hyp, info=a.info, defined=a.defined,
+            n_undef=add_counts(a.n_undef, b.n_undef), stopping=a.stopping or b.stopping,
+            growth=a.growth,
+        )  # fmt: skip
+        # b's records were read after a's: numbered on from a's, as one process numbers them
+        _append(out, b.X, b.Y, b.fold, b.code, b.rec + a.n_records, b.defined)
+        out.n_records = a.n_records + b.n_records
+        out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
+        return out
+
+    def peek(self, state: LDAState, confidence: float = 0.95) -> MeasureResult:
+        if not state.checks:
+            return self._scores(state, None, None)
+        if state.stopping:
+            return self._scores(state, state.checks[-1], *error(state.checks, confidence))
+        return self._scores(state, state.checks[-1], *_sampling(state.checks[-1], confidence))
+
+    def result(self, state: LDAState, confidence: float = 0.95) -> MeasureResult:
+        if len(state.X) and (not state.checks or state.checks[-1].n_records != state.n_records):
+            self._checkpoint(state)
+        return self.peek(state, confidence)
+
+    def plan(self, state: LDAState, current: MeasureResult, eps: float, open_) -> None:
+        """Start checkpoints, spaced by how far the open groups' F1 errors are from eps."""
+        state.stopping = True
+        groups = np.asarray(open_).any(0)
+        err = np.asarray(current.group_err)[0] if current.group_err is not None else None
+        if err is None or not groups.any() or np.isnan(err[groups]).any():
+            state.growth = self.checkpoint_growth
+            return
+        need = float(np.max(err[groups]) / eps) ** 2
+        state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
+
+    # -- internals --------------------------------------------------------------
+    def _fits(self, state: LDAState, parts: lf.Gram, split: torch.Tensor, models: bool) -> lf.Fit:
+        """Fits of the complements of ``parts`` (:func:`_complement`); a NaN output's from
+        its defined rows alone, which ``split`` (``(n,)`` part of each row) divides alike."""
+        f = lf.fit(_complement(parts, models), self.alpha, self.rel_tol)
+        if state.defined is None:
+            return f
+        P = int(parts.n.shape[0])
+        for o in np.flatnonzero(~state.defined.all(0).cpu().numpy()):
+            d = state.defined[:, o]
+            g = lf.row_grams(state.X[d], state.Y[d][:, [o]], split[d], P)
+            sub = lf.fit(_complement(g, models), self.alpha, self.rel_tol)
+            f.w[..., o], f.off[..., o] = sub.w[..., 0], sub.off[..., 0]
+            f.loading[..., o] = sub.loading[..., 0]
+        return f
+
+    def _checkpoint(self, state: LDAState) -> None:
+        k, G, n_h = self.folds, self.groups, len(state.info)
+        if len(state.out_hyp) == 0:
+            return
+        fit = self._fits(state, state.folds, state.fold, models=True)
+        center = state.X.mean(0)
+        z = lf.predict(state.X, state.fold, fit, k, center)
+        y = state.Y > 0.5
+        pred = lf.thresholds(z, y, state.fold, state.defined, k, self.threshold, self.bins,
+                             self.span)  # fmt: skip
+        if state.defined is not None:
+            pred &= state.defined
+            y &= state.defined
+        group = record_groups(state.code, state.rec, G)
+        f1, f1_se = f1_and_se(confusion_by_group(pred, y, group, G), state.out_hyp, n_h)
+        # the loadings' record-group jackknife: the full fit refitted without each group
+        gg = lf.row_grams(state.X, state.Y, group, G)
+        loo = self._fits(state, gg, group, models=False).loading.cpu().numpy()
+        with np.errstate(invalid="ignore"):
+            se = np.sqrt((G - 1) / G * ((loo - loo.mean(0)) ** 2).sum(0))
+        load, load_se = pick_per_unit(fit.loading[k].cpu().numpy(), se, state.out_hyp, n_h)
+        enough = _per_hyp_all(class_records(state) >= self.min_class_records, state, n_h)
+        done = np.ones(n_h, dtype=bool)  # closed form: every fit is at its optimum
+        state.checks.append(Checkpoint(state.n_records, f1, f1_se, load, np.zeros_like(load),
+                                       done, k, G, load_se, enough))  # fmt: skip
+
+    def _scores(self, state: LDAState, check: Checkpoint | None, err: np.ndarray | None,
+                group_err: np.ndarray | None = None) -> MeasureResult:  # fmt: skip
+        n_units, n_h = state.X.shape[1], len(state.info)
+        shape = (n_units, n_h)
+        unit = check.coef if check is not None else np.full(shape, np.nan)
+        group = np.broadcast_to(check.f1 if check is not None else np.full(n_h, np.nan), shape)
+        reason = new_reasons(n_units, n_h)
+        if len(state.X) == 0:
+            set_reason(reason, True, "no symbols read")
+        kind_reasons(reason, self.name, state.info, self.kinds)
+        for j, i in enumerate(state.info):
+            if i.parent is not None:
+                why = f"lda fits each category of {i.parent!r} itself: see its rows"
+                set_reason(reason, (np.arange(n_h) == j)[None, :], why)
+        if len(state.out_hyp) and len(state.X):
+            d = torch.ones_like(state.Y) if state.defined is None else state.defined.float()
+            frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
+            const = np.zeros(n_h, dtype=bool)
+            for j in np.unique(state.out_hyp):
+                top = frac[state.out_hyp == j].max()
+                const[j] = top <= 0 or top >= 1
+            set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
+        if check is None and len(state.X):
+            set_reason(reason, True, "no score yet")
+        set_reason(reason, np.isnan(unit), "unit is constant over the symbols read")
+        ok = reason == None  # noqa: E711
+        err = np.full(shape, np.nan) if err is None else err
+        group_err = np.full(n_h, np.nan) if group_err is None else group_err
+        und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
+        unit, group = np.where(ok, unit, np.nan), np.where(ok, group, np.nan)
+        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape),
+                             n_undefined=und)  # fmt: skip
+
+
+def _complement(g: lf.Gram, models: bool) -> lf.Gram:
+    """``models``: each fold's model (the other folds) and, last, the full data's;
+    otherwise the jackknife's replicates, the total less each part."""
+    if models:
+        loo = g.leave_one_out()
+        return lf.stack([*(loo.part(i) for i in range(len(g.n))), g.total()])
+    return g.total().without(g)
+
+
+def _sampling(check: Checkpoint, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Half-widths of the F1's and the loadings' jackknife intervals (no drift term)."""
+    from scipy.special import stdtrit
+
+    t = stdtrit(check.groups - 1, 0.5 + confidence / 2)
+    f1_err = t * check.f1_se
+    err = np.maximum(f1_err[None, :], t * check.coef_ij)
+    if check.enough is not None:
+        err[:, ~check.enough] = np.nan
+        f1_err = np.where(check.enough, f1_err, np.nan)
+    return err, f1_err
+
+
+def _append(state: LDAState, X, Y, fold, code, rec, defined: torch.Tensor | None) -> None:
+    if defined is not None and state.defined is None:  # every earlier row was defined
+        state.defined = torch.ones(state.Y.shape, dtype=torch.bool, device=state.Y.device)
+    if defined is None and state.defined is not None:
+        defined = torch.ones(Y.shape, dtype=torch.bool, device=Y.device)
+    dev = state.X.device
+    state.X = torch.cat([state.X, X.to(dev)])
+    state.Y = torch.cat([state.Y, Y.to(dev)])
+    state.fold = torch.cat([state.fold, fold.to(dev, state.fold.dtype)])
+    state.code = torch.cat([state.code, code.to(dev, state.code.dtype)])
+    state.rec = torch.cat([state.rec, rec.to(dev, state.rec.dtype)])
+    if defined is not None:
+        state.defined = torch.cat([state.defined, defined.to(dev)])
