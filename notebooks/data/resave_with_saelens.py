@@ -3,11 +3,16 @@
 Run with the side environment's python (``make saelens-env``; sae-lens is not a
 dependency of dni_lab)::
 
-    .dni_cache/saelens-venv/bin/python notebooks/data/resave_with_saelens.py SRC DST
+    .dni_cache/saelens-venv/bin/python notebooks/data/resave_with_saelens.py \
+        notebooks/data/sae_dni_lab notebooks/data/sae_saelens
 
-``SRC`` is notebook 11's quick SAE as ``dl.features.save`` writes it; sae-lens loads it
-(``SAE.load_from_disk``) and writes it again with its own ``save_model``, so ``DST`` holds
-files that sae-lens itself wrote (its ``cfg.json`` names the sae-lens version).
+``SRC`` (``sae_dni_lab/``) is notebook 11's quick SAE as ``dl.features.save`` writes it
+(cells 1 and 3, quick, then ``dl.features.save(res.features, SRC)``); sae-lens loads it
+(``SAE.load_from_disk``) and writes it again with its own ``save_model``, so ``DST``
+(``sae_saelens/``) holds files that sae-lens itself wrote (its ``cfg.json`` names the
+sae-lens version). The notebook compares the two stored files with each other, never
+with the SAE it trains: another CPU's float kernels train a different SAE, so regenerate
+both together, from one run.
 """
 
 import sys
