@@ -32,6 +32,7 @@ def inspect(
     on_block: Callable[[Any], None] | None = None,
     progress: bool = False,
     max_records: int | None = None,
+    max_seconds: float | None = None,
     cluster: str | int | bool | None = None,
     workers: int | None = None,
     forward_batch: int | None = None,
@@ -51,8 +52,11 @@ def inspect(
     measures : list
         Names (``"corr"``, ``"logreg"``, ``"ridge"``, ``"mi"``, ``"diffmeans"``,
         ``"iou"``, ``"local_iou"``), Measure objects, or functions ``f(u, h)``.
-    data : iterable, path or ray.data.Dataset
-        Records (strings, token lists, image arrays); a generator works. Or where they
+    data : iterable, path, DataLoader or ray.data.Dataset
+        Records (strings, token lists, image arrays); a generator works, and so does an
+        endless one (a stream that only repeats its records ends the run under early
+        stopping, its open pairs saying so). A ``torch.utils.data.DataLoader`` is read as
+        the records it batches (each collated batch split back along its batch axis). Or where they
         live, read block by block (on a cluster, each worker reads its own blocks): a
         Parquet file, an Arrow IPC file (``.arrow``/``.feather``/``.ipc``), a text file
         (one record per line), a directory of them, or a ``ray.data.Dataset``; tables
@@ -87,7 +91,14 @@ def inspect(
     on_block : callable, optional
         Called after every block with the run (background) or the inspection.
     max_records : int, optional
-        Read at most this many records.
+        Read at most this many records. A budget ends reading, it does not settle a
+        score: a pair still open when it ends the run stays open (``converged=False``),
+        its ``reason`` naming the budget and its error (``"left open: max_records=5,000
+        ended the reading at err 0.036 > eps 0.025"``). Reaching the data's own end is
+        different: every score is then its full-data value and counts as converged.
+    max_seconds : float, optional
+        Read for at most this many seconds (wall clock, checked after each block); pairs
+        open when it ends the run stay open, as with ``max_records``.
     progress : bool
         Draw a tqdm progress bar (records read, pairs settled) on stderr: for
         scripts and terminals; in a notebook display the background run instead.
@@ -126,6 +137,15 @@ def inspect(
         ``metadata()`` is what ``dl.export`` stores with the frame. In the foreground a
         Ctrl-C stops reading after the block in flight and returns the frame so far:
         ``dl.provenance(frame)["partial"]`` is True and a ``PartialResultWarning`` says so.
+        ``dl.provenance(frame)["ended_by"]`` says what ended the reading.
+
+    Raises
+    ------
+    DNIError
+        A bad parameter (``eps <= 0``, ``confidence`` outside (0, 1), a budget of 0), named
+        before anything is read. An error met after some blocks (a :class:`RecordError`: a
+        record of another kind, at its position) carries the frame of the records read
+        before it as ``err.partial_frame``, marked partial in ``dl.provenance``.
 
     See Also
     --------
@@ -139,6 +159,7 @@ def inspect(
         behavior=behavior,
         cache=cache,
         max_records=max_records,
+        max_seconds=max_seconds,
         cluster=cluster,
         workers=workers,
         forward_batch=forward_batch,

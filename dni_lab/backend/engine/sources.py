@@ -12,7 +12,8 @@ parts, so they read the same blocks: the same frame and the same ``data_sha256``
 (see :func:`~.resolve.as_records`), a path to a Parquet file (``.parquet``), an Arrow
 IPC file (``.arrow``, ``.feather``, ``.ipc``), a text file (one record per line,
 anything else) or a directory of them (its files in name order), or a
-``ray.data.Dataset``. A path may be local or a URI of any ``pyarrow.fs`` filesystem
+``ray.data.Dataset``, or a PyTorch ``DataLoader`` (its batches split back into
+records, loaders.py). A path may be local or a URI of any ``pyarrow.fs`` filesystem
 (``file://``, ``s3://``, ``gs://``, an fsspec one such as ``memory://``; see
 filesystems.py). ``column=`` names the column that holds the records; a table of one
 column needs none. readers.py finds a file's segments and reads them.
@@ -30,6 +31,7 @@ from typing import Any
 
 from ..errors import DNIError
 from .filesystems import list_files, locate, uri_scheme
+from .loaders import Unbatched, is_loader, loader_total
 from .readers import (
     ARROW,
     file_kind,
@@ -143,6 +145,11 @@ def as_source(data: Any, column: str | None = None) -> Source:
         return _file_source(locate(data), column)
     if is_ray_dataset(data):
         return _dataset_source(data, column)
+    if is_loader(data):  # its batches split back into records (loaders.py)
+        if column is not None:
+            raise DNIError(f"column={column!r}: a DataLoader's records have no columns to "
+                           "choose from; leave column= out.")  # fmt: skip
+        return Source(records=Unbatched(data), total=loader_total(data))
     if column is not None:
         data = _pick_column(data, column)
     records = as_records(data)
