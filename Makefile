@@ -1,14 +1,20 @@
 # The two commands of the README: `make demo` (the main job) and `make test`.
-# Both create the project's virtual environment (.venv) and install everything into it
-# first, so they work on a fresh machine, also where the system Python refuses
-# system-wide installs (PEP 668).
+# Both create the project's virtual environment (.venv) and install into it first, so
+# they work on a fresh machine, also where the system Python refuses system-wide
+# installs (PEP 668). The demo needs dni_lab alone (torch, numpy, polars, ...); the
+# tests add the dev extra (Ray, transformers, JupyterLab, Playwright, MkDocs, ...), two
+# side venvs and the system packages below. `make install` is the dev set-up without
+# the system packages (lint and docs need no more).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # System packages the tests use beside Python: PostgreSQL (the paper's SQL baseline)
-# and Chromium (the browser tests). Without root they are reported, and the tests
-# that need them are skipped with that reason.
+# and Chromium (the browser tests). `make test` (and `make bench`) install them as root
+# with apt-get; without root they are reported, and the tests that need them are
+# skipped with that reason. `make demo` and `make install` never touch them.
 SYSTEM_PACKAGES := postgresql chromium
 
 .PHONY: install demo test lint bench system-packages saelens-env
@@ -16,13 +22,18 @@ SYSTEM_PACKAGES := postgresql chromium
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	@# torch first: the pinned CPU build, so no resolver pulls a multi-GB CUDA build
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# torch first: the pinned CPU build, so no resolver pulls a multi-GB CUDA build; then
+# dni_lab with its runtime dependencies: all the demo needs
+$(BASE): pyproject.toml | $(PY)
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $(BASE)
+
+# the dev extra on top, for the tests, lint, docs and notebooks
+$(STAMP): $(BASE)
+	$(PIP) -e ".[dev]"
 	@# Vega bundled for offline charts once, here, not in a user's first kernel (1-2 s)
 	$(PY) -c "from dni_lab.widgets.vega import offline; offline()"
-	@$(MAKE) --no-print-directory system-packages
 	touch $(STAMP)
 
 system-packages:
@@ -39,10 +50,10 @@ system-packages:
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(VENV)/bin/dni-lab demo
 
-test: $(STAMP) saelens-env zoo-env
+test: $(STAMP) system-packages saelens-env zoo-env
 	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
 	@# The notebooks' checked outputs are stored in quick mode (CI=1): quick is the test
 	@# command's default, so `make test` passes with or without CI set
@@ -57,7 +68,7 @@ test: $(STAMP) saelens-env zoo-env
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-bench: $(STAMP)
+bench: $(STAMP) system-packages  # the PostgreSQL baseline
 	$(PY) benchmarks/run_benchmarks.py
 
 # sae-lens in a side environment (its dependencies are heavy: transformer-lens, datasets,
