@@ -429,6 +429,36 @@ def _feature_weights_truncated(tmp_path):
         dl.features.load(tmp_path / "cut")
 
 
+def _refused_before_reading(match: str, **kw) -> Callable[[], None]:
+    """A bad parameter is named before the data yields a single record."""
+    def case():
+        read = []
+
+        def watched():
+            for r in RECS:
+                read.append(r)
+                yield r
+
+        with pytest.raises(dl.DNIError, match=match):
+            _inspect(data=watched(), **kw)
+        assert read == [], f"{len(read)} records read before the error"
+    return case
+
+
+def _wrong_kind_record_keeps_the_frame():
+    from dni_lab.backend.errors import RecordError
+
+    def stream():
+        yield from RECS[:40]
+        yield ["not", "a", "string"]
+
+    with pytest.raises(RecordError, match=r"record 40 of the data is .*list or tuple") as e:
+        _inspect(data=stream())
+    frame = e.value.partial_frame
+    assert frame is not None and (frame["n_records"] == 32).all()
+    assert dl.provenance(frame)["partial"]
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "wrong-length hypothesis", _wrong_length),
     ("bad input", "inf hypothesis", _inf_hypothesis),
@@ -469,6 +499,15 @@ CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "feature set of another width", _feature_set_of_another_width),
     ("bad input", "workers= without cluster=", _raises(dl.DNIError, "workers=2 needs cluster=",
                                                       workers=2)),
+    ("bad input", "eps of 0", _refused_before_reading(r"^eps must be a positive number or "
+                                                      r"NULL \(None: read every record\)", eps=0)),
+    ("bad input", "confidence of 1.5", _refused_before_reading(r"^confidence must be",
+                                                               confidence=1.5)),
+    ("bad input", "max_records of 0", _refused_before_reading(r"^max_records must be",
+                                                              max_records=0)),
+    ("bad input", "max_seconds of 0", _refused_before_reading(r"^max_seconds must be",
+                                                              max_seconds=0)),
+    ("bad input", "a record of the wrong kind mid-stream", _wrong_kind_record_keeps_the_frame),
     ("fault", "cancel keeps the partial frame", _cancel_keeps_partial_frame),
     ("fault", "error in a callback", _exception_in_callback_is_reraised_with_its_type),
     ("fault", "error in the model", _model_error_keeps_its_type),
