@@ -11,6 +11,7 @@ from conftest import CharLM, encode_chars, random_records
 import dni_lab as dl
 from dni_lab import features as F
 from dni_lab.backend.extraction.extract import Extractor, symbol_mask
+from dni_lab.backend.measures.logreg import LogReg
 from dni_lab.backend.measures.ridge import Ridge
 
 
@@ -59,7 +60,8 @@ def test_ridge_direction_reproduces_the_probe(lm, records, hyps):
 
 
 def test_logreg_direction_is_its_logit(lm, records, hyps):
-    frame = dl.inspect(lm, hyps[:1], ["logreg"], records, units=[("lstm", "*")], eps=None)
+    coef = LogReg(unit_score="coef")
+    frame = dl.inspect(lm, hyps[:1], [coef], records, units=[("lstm", "*")], eps=None)
     dirs = F.from_probe(frame, lm, records)
     X = hook_rows(lm, records)
     coef = frame.sort("unit")["unit_score"].fill_null(0.0).to_numpy()
@@ -70,3 +72,18 @@ def test_logreg_direction_is_its_logit(lm, records, hyps):
     mixed = pl.concat([frame, frame.with_columns(measure=pl.lit("ridge"))])
     with pytest.raises(dl.DNIError, match="one probe measure"):
         F.from_probe(mixed, lm, records)
+
+
+def test_a_loading_frame_is_no_direction(lm, records, hyps):
+    """The probe's default unit score is a loading: from_probe refuses it, naming the fix,
+    and a frame without provenance must say what its rows hold."""
+    frame = dl.inspect(lm, hyps[:1], ["logreg"], records, units=[("lstm", "*")], eps=None)
+    with pytest.raises(dl.DNIError, match="unit_score='coef'"):
+        F.from_probe(frame, lm, records)
+    coef = dl.inspect(lm, hyps[:1], [LogReg(unit_score="coef")], records,
+                      units=[("lstm", "*")], eps=None)  # fmt: skip
+    bare = coef.filter(pl.col("unit") >= 0)  # a new frame: no provenance
+    with pytest.raises(dl.DNIError, match="cannot tell"):
+        F.from_probe(bare, lm, records)
+    a = F.from_probe(bare, lm, records, unit_score="coef").W_enc
+    torch.testing.assert_close(a, F.from_probe(coef, lm, records).W_enc)

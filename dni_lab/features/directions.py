@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..backend.engine.provenance import provenance
 from ..backend.errors import DNIError
 from ..backend.extraction.extract import on_device, resolve_device
 from ..backend.extraction.models import Model
@@ -117,6 +118,7 @@ def from_probe(
     name: str | None = None,
     block_size: int = 64,
     device: str | torch.device = "auto",
+    unit_score: str | None = None,
 ) -> Directions:
     """One direction per hypothesis from a fitted ``logreg`` or ``ridge`` score frame.
 
@@ -125,6 +127,12 @@ def from_probe(
     standard deviations measured here over ``records``. Latent ``i`` is then the probe's
     output for hypothesis ``i`` less its intercept. The frame's rows of each hypothesis
     must come from one layer of ``model`` (units missing from the frame weigh 0).
+
+    A direction needs coefficients: a ``logreg`` frame must come from
+    ``LogReg(unit_score="coef")`` (its default, ``"loading"``, shows each unit's
+    correlation with the probe's output, which is no weight). What the rows hold is read
+    from the frame's provenance; a frame without it (filtered, or read back from a file)
+    says so with ``unit_score="coef"``.
     """
     measures = sorted(set(frame["measure"]) & {"logreg", "ridge"})
     if measure is None:
@@ -134,6 +142,8 @@ def from_probe(
                 f"{measures or sorted(set(frame['measure']))}. Pass measure='logreg' or 'ridge'."
             )
         measure = measures[0]
+    if measure == "logreg":
+        _require_coefficients(frame, unit_score)
     rows = frame.filter(pl.col("measure") == measure)
     layers = sorted(set(rows["layer"]))
     if len(layers) != 1:
@@ -162,3 +172,23 @@ def from_probe(
     return Directions.from_weights(
         W, hook, mean.cpu(), name=name or f"{measure}-directions", latent_names=hids
     )
+
+
+def _require_coefficients(frame: pl.DataFrame, unit_score: str | None) -> None:
+    """A logreg frame's unit scores must be coefficients: told, or read from provenance."""
+    if unit_score is None:
+        record = provenance(frame) or {}
+        unit_score = (record.get("measure_params") or {}).get("logreg", {}).get("unit_score")
+    fix = ("inspect with measures=[LogReg(unit_score='coef')] (from "
+           "dni_lab.backend.measures.logreg) and pass that frame")  # fmt: skip
+    if unit_score is None:
+        raise DNIError(
+            "from_probe cannot tell whether this logreg frame's unit scores are coefficients "
+            "(the frame has no provenance: filtered or read back). If it came from "
+            f"LogReg(unit_score='coef'), pass unit_score='coef'; otherwise {fix}."
+        )
+    if unit_score != "coef":
+        raise DNIError(
+            f"this logreg frame's unit scores are {unit_score!r}s (LogReg's default: each "
+            f"unit's correlation with the probe's output), not weights; {fix}."
+        )

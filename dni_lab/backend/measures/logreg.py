@@ -29,14 +29,12 @@ categorical hypothesis itself, which the probe already fits one-vs-rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
 from ..errors import MeasureError
 from . import _column_pool
-from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
+from ._common import add_counts, count_undefined
 from ._newton import Problem, Stopped, hessians, initial_weights
 from ._probe_error import (
     Checkpoint,
@@ -51,29 +49,18 @@ from ._probe_error import (
     refit_loadings,
     solve_influence,
 )
+from ._probe_result import probe_scores
+from ._probe_rows import (
+    LogRegState,
+    append_rows,
+    class_index,
+    class_records,
+    is_categorical,
+    per_hyp_all,
+    record_codes,
+    record_groups,
+)
 from .base import HypothesisInfo, Measure, MeasureResult, stop_requested
-
-
-@dataclass
-class LogRegState:
-    X: torch.Tensor  # (n, units) raw behaviors of the kept rows
-    Y: torch.Tensor  # (n, outputs) 0/1 targets
-    fold: torch.Tensor  # (n,) fold of each row's record
-    key: torch.Tensor  # (n,) random keys (the bottom-k sample when max_rows is set)
-    W: torch.Tensor  # (units + 1, folds * outputs), on standardized units
-    out_hyp: np.ndarray  # (outputs,) hypothesis of each output
-    scorable: np.ndarray  # (hyps,) binary or categorical
-    info: list[HypothesisInfo] = field(default_factory=list)
-    n_records: int = 0
-    checks: list[Checkpoint] = field(default_factory=list)
-    gen: torch.Generator | None = None
-    damping: torch.Tensor | None = None  # per-column Newton damping, carried across blocks
-    code: torch.Tensor | None = None  # (n,) content code of each row's record
-    rec: torch.Tensor | None = None  # (n,) serial of each row's record in reading order
-    growth: float | None = None  # records read before the next checkpoint, as a factor
-    defined: torch.Tensor | None = None  # (n, outputs) bool; None while every value is
-    n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined
-    n_seen: int = 0  # symbols read, kept in the sample or not
 
 
 class LogReg(Measure):
@@ -118,15 +105,17 @@ class LogReg(Measure):
         Record groups of the grouped jackknife of the F1's sampling error.
     seed : int
         Seeds the row sample (``max_rows``).
-    unit_score : {"coef", "loading"}
-        What a unit's row shows. ``"coef"`` (the default): its mean L1 coefficient over
-        the folds, which :mod:`dni_lab.features` multiplies into directions; the
-        coefficients of correlated units are not identifiable (twins trade weight), so
-        under early stopping most of these pairs stay open once the F1 settled.
-        ``"loading"``: the unit's correlation with the probe's predicted probability (of
-        the folds' mean weights; :func:`._probe_error.refit_loadings`), identifiable
-        and on corr's scale, with a record-group jackknife error (the fit refitted
-        without each group), so early stopping can settle it.
+    unit_score : {"loading", "coef"}
+        What a unit's row shows. ``"loading"`` (the default): the unit's correlation with
+        the probe's predicted probability (of the folds' mean weights;
+        :func:`._probe_error.refit_loadings`), identifiable and on corr's scale, with a
+        record-group jackknife error (the fit refitted without each group), so early
+        stopping can settle it. ``"coef"``: its mean L1 coefficient over the folds, which
+        :func:`dni_lab.features.from_probe` multiplies into directions; the coefficients
+        of correlated units are not identifiable (twins trade weight between fits), so
+        under early stopping most of these pairs stay open once the F1 settled (on a
+        planted workload at eps 0.05: 20 of 512 pairs settled with ``"coef"``, 512 of 512
+        with ``"loading"``, each within eps of the full fit).
     workers : int or None
         Threads solving the fit's chunks of outputs, each on one torch thread
         (:mod:`._column_pool`: beside busy processes this lost far less time than
@@ -154,14 +143,14 @@ class LogReg(Measure):
         min_class_records: int = 100,
         groups: int = 20,
         seed: int = 0,
-        unit_score: str = "coef",
+        unit_score: str = "loading",
         workers: int | None = None,
     ) -> None:
         if unit_score not in ("coef", "loading"):
             raise MeasureError(
-                f"LogReg(unit_score={unit_score!r}) is not a unit score: use 'coef' (the "
-                "L1 coefficient) or 'loading' (the unit's correlation with the probe's "
-                "predicted probability)"
+                f"LogReg(unit_score={unit_score!r}) is not a unit score: use 'loading' (the "
+                "unit's correlation with the probe's predicted probability, the default) "
+                "or 'coef' (the L1 coefficient)"
             )
         self.unit_score = unit_score
         self.C = C
@@ -216,7 +205,7 @@ class LogReg(Measure):
                 state.defined = torch.ones(len(state.X), len(cols), dtype=torch.bool,
                                            device=state.X.device)  # fmt: skip
         key = torch.rand(len(X), generator=state.gen).to(X.device)
-        _append(state, X, Y, code % self.folds, key, code, rec, self.max_rows, D)
+        append_rows(state, X, Y, code % self.folds, key, code, rec, self.max_rows, D)
         state.n_records += R
         state.n_seen += len(X)
         if len(state.X) == 0 or stop_requested():  # on a Stop the data is kept, the fit waits
@@ -239,7 +228,7 @@ class LogReg(Measure):
         if D is not None and out.defined is None:
             out.defined = torch.ones(a.Y.shape, dtype=torch.bool, device=a.Y.device)
         # b's records were read after a's: numbered on from a's, as one process numbers them
-        _append(out, b.X, b.Y, b.fold, b.key, b.code, b.rec + a.n_records, self.max_rows, D)
+        append_rows(out, b.X, b.Y, b.fold, b.key, b.code, b.rec + a.n_records, self.max_rows, D)
         out.n_records = a.n_records + b.n_records
         out.n_seen = a.n_seen + b.n_seen
         out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
@@ -322,8 +311,8 @@ class LogReg(Measure):
     def _targets(self, state: LogRegState, Hm: torch.Tensor) -> torch.Tensor:
         cols = torch.as_tensor(state.out_hyp, device=Hm.device, dtype=torch.long)
         vals = Hm[:, cols]
-        cls = torch.as_tensor(_class_index(state.out_hyp), device=Hm.device)
-        cat = torch.as_tensor(_is_categorical(state.out_hyp), device=Hm.device)
+        cls = torch.as_tensor(class_index(state.out_hyp), device=Hm.device)
+        cat = torch.as_tensor(is_categorical(state.out_hyp), device=Hm.device)
         return torch.where(cat, (vals.round() == cls).float(), (vals > 0.5).float())
 
     def _design(self, state: LogRegState) -> torch.Tensor:
@@ -414,145 +403,15 @@ class LogReg(Measure):
         else:
             coef, coef_se, coef_ij = coef_and_se(fit.W, Xs.shape[1] - 1, k, state.out_hyp,
                                                  n_h, delta)  # fmt: skip
-        done = _per_hyp_all(~fit.open.view(k, n_out).any(0).cpu().numpy(), state, n_h)
+        done = per_hyp_all(~fit.open.view(k, n_out).any(0).cpu().numpy(), state, n_h)
         enough = class_records(state) >= self.min_class_records
         state.checks.append(Checkpoint(state.n_records, f1, f1_se, coef, coef_se, done, k,
-                                       self.groups, coef_ij, _per_hyp_all(enough, state, n_h)))
+                                       self.groups, coef_ij, per_hyp_all(enough, state, n_h)))
 
-    def _scores(
-        self,
-        state: LogRegState,
-        check: Checkpoint | None,
-        err: np.ndarray | None,
-        group_err: np.ndarray | None = None,
-    ) -> MeasureResult:
-        n_units, n_h = state.X.shape[1], len(state.scorable)
-        shape = (n_units, n_h)
-        unit = check.coef if check is not None else np.full(shape, np.nan)
-        group = np.broadcast_to(check.f1 if check is not None else np.full(n_h, np.nan), shape)
-        reason = new_reasons(n_units, n_h)
-        if len(state.X) == 0:
-            set_reason(reason, True, "no symbols read")
-        kind_reasons(reason, "logreg", state.info, self.kinds)
-        for j, i in enumerate(state.info):
-            if i.parent is not None:
-                why = f"logreg fits each category of {i.parent!r} itself: see its rows"
-                set_reason(reason, (np.arange(n_h) == j)[None, :], why)
-        if len(state.out_hyp) and len(state.X):
-            if state.defined is None:
-                frac = state.Y.mean(0).cpu().numpy()
-            else:  # over the rows where each output is defined
-                d = state.defined.float()
-                frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
-            const = np.zeros(n_h, dtype=bool)
-            for j in np.unique(state.out_hyp):
-                top = frac[state.out_hyp == j].max()
-                const[j] = top <= 0 or top >= 1  # never or always true: nothing to probe
-            set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
-        if check is None and len(state.X):
-            set_reason(reason, True, "no score yet")
-        ok = reason == None  # noqa: E711
-        unit = np.where(ok, unit, np.nan)
-        group = np.where(ok, group, np.nan)
-        err = np.full(shape, np.nan) if err is None else err
-        group_err = np.full(n_h, np.nan) if group_err is None else group_err
-        und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
-        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape),
-                             n_undefined=und)  # fmt: skip
+    def _scores(self, state, check, err, group_err=None) -> MeasureResult:
+        return probe_scores(state, check, err, group_err, "logreg", self.kinds)
 
 
-def _append(state: LogRegState, X, Y, fold, key, code, rec, max_rows: int | None,
-            defined: torch.Tensor | None = None) -> None:  # fmt: skip
-    state.X = torch.cat([state.X, X])
-    state.Y = torch.cat([state.Y, Y])
-    state.fold = torch.cat([state.fold, fold.to(state.fold.dtype)])
-    state.key = torch.cat([state.key, key.to(state.key.device)])
-    state.code = torch.cat([state.code, code.to(state.fold.dtype)])
-    state.rec = torch.cat([state.rec, rec.to(state.fold.dtype)])
-    if defined is not None:
-        state.defined = torch.cat([state.defined, defined.to(state.defined.device)])
-    if max_rows is not None and len(state.X) > max_rows:  # bottom-k of random keys: uniform
-        keep = torch.topk(state.key, max_rows, largest=False).indices.sort().values
-        state.X, state.Y = state.X[keep], state.Y[keep]
-        state.fold, state.key = state.fold[keep], state.key[keep]
-        state.code, state.rec = state.code[keep], state.rec[keep]
-        if state.defined is not None:
-            state.defined = state.defined[keep]
-
-
-def record_codes(H: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(R,)`` non-negative int64 code of each record, from its hypothesis values.
-
-    Integer arithmetic (values in thousandths times fixed odd multipliers, wrapping
-    modulo 2**64) is exact whatever the padding or the block, so a record gets the same
-    code in any block, order or shard; equal records share a fold, as they should.
-    """
-    T, n_h = H.shape[1:]
-    # an undefined value (NaN) codes as a fixed number, so its record's code stays exact
-    H = torch.nan_to_num(H.double(), nan=-0.5)
-    q = torch.where(mask[..., None], (H * 1000).round(), 0.0).to(torch.int64)
-    gen = torch.Generator(device="cpu").manual_seed(0x5EED)
-    mult = torch.randint(1, 2**31, (T, n_h), generator=gen, dtype=torch.int64) * 2 + 1
-    pos = (q * mult.to(H.device)).sum((1, 2)) + mask.sum(1) * 0x1E3779B97F4A7C15
-    pos = pos ^ (pos >> 29)  # mix the high bits into the low ones the folds read
-    pos = pos * 0x3F58476D1CE4E5B9
-    return (pos ^ (pos >> 32)) & 0x7FFFFFFF
-
-
-def class_records(state: LogRegState) -> np.ndarray:
-    """``(outputs,)`` records in which each output's rarer class occurs (where defined)."""
-    recs, inv = torch.unique(state.rec, return_inverse=True)
-    d = torch.ones_like(state.Y) if state.defined is None else state.defined.to(state.Y.dtype)
-    seen = []
-    for v in (state.Y * d, (1 - state.Y) * d):
-        per = torch.zeros(len(recs), state.Y.shape[1], dtype=v.dtype, device=v.device)
-        seen.append(per.scatter_reduce_(0, inv[:, None].expand_as(v), v, "amax").sum(0))
-    return torch.minimum(*seen).cpu().numpy()
-
-
-def _per_hyp_all(flags: np.ndarray, state: LogRegState, n_h: int) -> np.ndarray:
-    """Per hypothesis: every one of its outputs has ``flags`` set (True without outputs)."""
-    out = np.ones(n_h, dtype=bool)
-    for j in np.unique(state.out_hyp):
-        out[j] = bool(flags[state.out_hyp == j].all())
-    return out
-
-
-def record_groups(code: torch.Tensor, rec: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """``(n,)`` jackknife group of each row: its record's, from the record's content and
-    how many records of the same content were read before it.
-
-    The sampling unit is the record: two copies of one record are two draws (a SQL
-    workload repeats one query window 1,776 times in 10,000 records). Grouped by content
-    alone, all copies fell in one group, which then held a third of a hypothesis's
-    positives, and the F1's jackknife error stayed near 0.3 at every size while the F1
-    moved by 0.005 from half the records to all. Copies are identical, so which copy
-    gets which group does not matter: the groups' contents do not depend on the reading
-    order, nor on how shards were merged (``rec`` numbers records as one process reads).
-    """
-    if len(code) == 0:
-        return code.clone()
-    recs, inv = torch.unique(rec, return_inverse=True)  # records in reading order
-    rcode = torch.zeros(len(recs), dtype=code.dtype, device=code.device).scatter_(0, inv, code)
-    order = torch.argsort(rcode, stable=True)  # stable: reading order within a content
-    _, counts = torch.unique_consecutive(rcode[order], return_counts=True)
-    first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-    occ = torch.empty_like(rcode)
-    occ[order] = torch.arange(len(rcode), device=code.device) - first
-    x = rcode * 0x2545F4914F6CDD1D + occ * 0x1E3779B97F4A7C15 + 0x632BE59BD9B4E019
-    x = (x ^ (x >> 31)) * 0x3F58476D1CE4E5B9
-    return ((x ^ (x >> 29)) & 0x7FFFFFFF)[inv] % n_groups
-
-
-def _class_index(out_hyp: np.ndarray) -> np.ndarray:
-    """Class code of each output: 0, 1, 2, ... within a categorical hypothesis."""
-    idx = np.zeros(len(out_hyp), dtype=np.float32)
-    for j in np.unique(out_hyp):
-        sel = np.flatnonzero(out_hyp == j)
-        idx[sel] = np.arange(len(sel))
-    return idx
-
-
-def _is_categorical(out_hyp: np.ndarray) -> np.ndarray:
-    counts = np.bincount(out_hyp) if len(out_hyp) else np.zeros(0, dtype=int)
-    return counts[out_hyp] > 1
+# kept here too: callers import them from the probe's module
+_per_hyp_all = per_hyp_all
+__all__ = ["LogReg", "LogRegState", "class_records", "record_codes", "record_groups"]
