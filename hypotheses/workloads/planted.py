@@ -122,7 +122,8 @@ def logreg_selection(
     path = []
     for C in c_path:
         frame = dl.inspect(
-            [p.model], [paren], [LogReg(C=C, unit_score="coef")], records, units=[("lstm", "*")], eps=None
+            [p.model], [paren], [LogReg(C=C, unit_score="coef")], records,
+            units=[("lstm", "*")], eps=None,
         ).sort("unit")
         f1 = frame["group_score"][0]
         # a probe with no F1 (nothing scored) never counts as good enough
