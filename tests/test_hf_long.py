@@ -177,8 +177,9 @@ def test_forward_batch_gives_the_same_frame_and_less_padding(gpt2):
 def test_errors_a_transformers_user_meets(gpt2, bert):
     module, tok = gpt2
     m = HFModel(module, tok)
-    with pytest.raises(DNIError, match="reads text records"):
-        dl.inspect(m, [keyword], data=[[1, 2, 3]], cache=False)
+    # token ids are records (tests/test_token_records.py); a list of words is neither
+    with pytest.raises(DNIError, match="reads text or token ids"):
+        dl.inspect(m, [keyword], data=[["select", "a"]], cache=False)
     small = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=50, n_positions=64, n_embd=16, n_layer=1, n_head=2)).eval()
     with pytest.raises(DNIError, match="embeds 50 ids.*resize_token_embeddings"):

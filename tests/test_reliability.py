@@ -480,6 +480,14 @@ CASES: list[tuple[str, str, Callable]] = [
     ("bad input", "HF-like dataset, one column", _same_as_list(_FakeDataset({"text": RECS}))),
     ("bad input", "HF-like dataset, two columns", _raises(
         dl.DNIError, "one column", data=_FakeDataset({"a": RECS, "b": RECS}))),
+    ("bad input", "3-D token-id tensor", _raises(dl.TokenIdsError, r"3-D tensor.*one row per",
+                                                data=torch.ones(2, 3, 4, dtype=torch.long))),
+    ("bad input", "float input_ids", _raises(dl.TokenIdsError, "float32 values; token ids",
+                                            data={"input_ids": torch.ones(2, 3)})),
+    ("bad input", "attention mask of another shape", _raises(
+        dl.TokenIdsError, "must mark each id",
+        data={"input_ids": torch.ones(2, 3, dtype=torch.long),
+              "attention_mask": torch.ones(3, 3, dtype=torch.long)})),
     ("bad input", "records without a length", _raises(dl.DNIError, "symbols=",
                                                      data=list(range(40)))),
     ("bad input", "unknown device", _raises(dl.DNIError, "unknown device 'tpu'", device="tpu")),

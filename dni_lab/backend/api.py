@@ -62,7 +62,11 @@ def inspect(
         (one record per line), a directory of them, or a ``ray.data.Dataset``; tables
         (Polars, pyarrow, pandas) work too. A path may be local or a URI of a
         ``pyarrow.fs`` or fsspec filesystem (``file://``, ``s3://``, ``gs://``,
-        ``memory://``, ...). See ``docs/ray.md``, "Data sources".
+        ``memory://``, ...). See ``docs/ray.md``, "Data sources". Token ids are
+        records too: a 2-D integer tensor, a ``BatchEncoding`` (padding dropped through
+        its attention mask) or a list of id lists, one record per row; a Hugging Face
+        model feeds them as they are and its hypotheses get a ``dl.TokenRecord``
+        (``docs/transformers.md``, "Token ids as data").
     units : list, optional
         ``[(layer, "*" | [indices]), ...]``; a layer is an address (see
         ``Model.addresses``) or a 0-based position among layers with parameters.

@@ -25,6 +25,7 @@ from ..hypothesis.hypotheses import HypothesisFamily, HypothesisInfo, as_family
 from ..hypothesis.one_vs_rest import with_indicators
 from ..measures import Measure, get_measure
 from .frames import UnitLabels
+from .token_ids import token_id_records
 
 
 @dataclass
@@ -303,10 +304,15 @@ def as_records(data: Any) -> Any:
     Accepts Polars frames and series, anything with ``__arrow_c_stream__`` or
     ``__arrow_c_array__`` (pyarrow tables, arrays and chunked arrays), pandas
     series and frames, Hugging Face ``Dataset`` objects and mappings of columns
-    (``{"text": [...]}``); a table must hold exactly one column.
+    (``{"text": [...]}``); a table must hold exactly one column. Token ids (a 2-D
+    integer tensor, a ``BatchEncoding``) become one id list per record
+    (:mod:`.token_ids`).
     """
     if data is None:
         raise DNIError("data is None; pass the records: a list, an iterable or one column.")
+    ids = token_id_records(data)  # before Mapping: a BatchEncoding is a mapping of columns
+    if ids is not None:
+        return ids
     if isinstance(data, Mapping):  # {"text": [...]}: a table of one column, as a frame
         _one_column([str(c) for c in data])
         return as_records(next(iter(data.values())))

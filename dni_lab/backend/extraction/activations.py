@@ -28,6 +28,7 @@ from torch import nn
 from ..errors import DNIError, LayerError
 from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
+from .name_filters import expand_names
 
 #: a name and its unit selection: ``"blocks.3.hook_resid_post"`` or ``(name, [0, 5])``
 Name = str | tuple[str, Any]
@@ -146,7 +147,7 @@ class ActivationCache:
 def activations(
     model: Model | nn.Module,
     data: Iterable[Any],
-    names: Sequence[Name],
+    names: Sequence[Name] | str | Callable[[str], bool],
     *,
     block_size: int = 256,
     forward_batch: int | None = None,
@@ -161,14 +162,20 @@ def activations(
     model : Model or nn.Module
         A :class:`~dni_lab.Model` (``dl.Model.from_hf(module, tokenizer)`` for a
         transformer); a bare module is wrapped as ``dl.Model(module)``.
-    data : iterable
-        The records (a list, any iterable; read block by block).
-    names : sequence
+    data : iterable, tensor or BatchEncoding
+        The records (a list, any iterable; read block by block), or token ids: a 2-D
+        integer tensor, a ``BatchEncoding`` (padding dropped through its attention
+        mask) or a list of id lists, one record per row (:mod:`~dni_lab.backend.engine.token_ids`).
+    names : sequence, str or callable
         Addresses, TransformerLens hook names or nnsight paths
         (``"blocks.3.hook_resid_post"``, ``"transformer.h.3.attn.hook_z"``), each
         alone (every unit) or as ``(name, units)`` with unit indices; or a feature set
         (``dl.features``: SAE latents, a logit lens), named in the cache by its layer
-        ``"{hook}:{name}"``.
+        ``"{hook}:{name}"``. A glob (``"blocks.*.hook_resid_post"``, also inside a list)
+        or a callable ``name -> bool`` (TransformerLens's ``names_filter``,
+        ``lambda name: name.endswith("hook_z")``) selects among the model's
+        TransformerLens hook names (a Hugging Face model's) and its addresses
+        (:mod:`.name_filters`).
     block_size : int
         Records per block (per forward pass unless ``forward_batch`` cuts it).
     forward_batch : int, optional
@@ -201,7 +208,11 @@ def activations(
     Raises
     ------
     LayerError
-        For a name the model does not have (with the names it does), before any block runs.
+        For a name the model does not have (with the names it does), or a glob or callable
+        that selects none, before any block runs.
+    TokenIdsError
+        Token ids that cannot be records (a 3-D or float tensor, a mask of another shape,
+        ids outside the vocabulary), before any block runs.
     """
     if isinstance(model, nn.Module):
         model = Model(model)
@@ -210,14 +221,19 @@ def activations(
             f"dl.activations takes a dl.Model (or an nn.Module), not {type(model).__name__}; "
             "wrap a transformer with dl.Model.from_hf(module, tokenizer)."
         )
-    if isinstance(names, (str, tuple)) or hasattr(names, "encode"):
-        names = [names]
+    from ..engine.resolve import as_records, is_feature_set
+    from ..engine.token_ids import check_records
+
+    names = expand_names(model, names, is_feature_set)  # a glob or callable: the names chosen
     if not names:
         raise LayerError("no names given; pass names=['blocks.0.hook_resid_post', ...].")
     if not (isinstance(block_size, int) and block_size > 0):
         raise DNIError(f"block_size must be a positive count, not {block_size!r}.")
     dev = resolve_device(device)
-    blocks = _blocks(data, block_size)
+    records = as_records(data)  # token ids: one id list per record
+    if isinstance(records, Sequence):
+        check_records([model], records)  # ids a model cannot read fail before any block
+    blocks = _blocks(records, block_size)
     if stream:
         return _stream(model, blocks, names, dev, forward_batch, grad)
     with on_device(model, dev):
@@ -250,9 +266,7 @@ def _run(model, blocks, names, dev, forward_batch, grad) -> Iterator[ActivationC
 
 def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
     """``(first, records)`` blocks of an iterable, read lazily (a generator stays one)."""
-    from ..engine.resolve import as_records
-
-    it = iter(as_records(data))
+    it = iter(data)
     first = 0
     while True:
         recs = list(itertools.islice(it, size))

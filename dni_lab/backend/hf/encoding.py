@@ -90,7 +90,7 @@ def encode(
     keep = mask & ~enc.pop("special_tokens_mask").bool()
     R = len(records)
     if record_pool is not None:
-        layout = _record_layout(mask, record_pool)
+        layout = record_layout(mask, record_pool)
     elif sample is None or len(sample) == R:
         layout = token_layout(keep)
     else:
@@ -110,7 +110,8 @@ def token_layout(keep: torch.Tensor) -> Layout:
     return Layout(rows, order, n)
 
 
-def _record_layout(mask: torch.Tensor, how: str) -> Layout:
+def record_layout(mask: torch.Tensor, how: str) -> Layout:
+    """One symbol per record (``pool=how``) of a batch whose ``mask`` marks its tokens."""
     R, T = mask.shape
     pos = torch.arange(T)[None, :].expand(R, -1)
     if how == "cls":

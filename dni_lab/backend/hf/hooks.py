@@ -93,6 +93,7 @@ NORM_HOOKS = (".hook_normalized", ".hook_scale")
 #: Computed values of a block's attention: ``{block}.attn.hook_result`` / rotary q, k.
 ATTN_HOOKS = ("attn.hook_result", "attn.hook_rot_q", "attn.hook_rot_k")
 _PATTERNS = ("attn.hook_pattern", "attn.hook_attn_scores")
+_FINAL = ("ln_final.hook_normalized", "ln_final.hook_scale")
 _TL = re.compile(r"^blocks\.(?P<i>\d+)\.(?P<hook>(?:\w+\.){0,2}hook_\w+)$")
 
 
@@ -187,6 +188,23 @@ def taps(module: nn.Module, blocks: str, n_blocks: int) -> dict[str, Tap]:
     return out
 
 
+def tl_names(module: nn.Module, blocks: str, n_blocks: int, virtual: dict[str, Tap]) -> list[str]:
+    """The TransformerLens hook names that translate on this model (model-wide, per block).
+
+    A name that translates may still not be readable (a rotary hook where there is no
+    rotary: resolving it says so); ``dl.activations``' name filters leave those out.
+    """
+    out = []
+    per_block = [f"blocks.{i}.{h}" for i in range(n_blocks) for h in _BLOCK_HOOKS]
+    for name in ("hook_embed", "hook_pos_embed", *per_block, *_FINAL):
+        try:
+            if translate_tl(name, blocks, n_blocks, module, virtual) is not None:
+                out.append(name)
+        except LayerError:  # not on this architecture (no learned positions, parallel blocks)
+            continue
+    return out
+
+
 def translate_tl(
     address: str, blocks: str, n_blocks: int, module: nn.Module, virtual: dict[str, Tap]
 ) -> str | None:
@@ -202,7 +220,7 @@ def translate_tl(
         return name
     if address == "hook_pos_embed":
         return top_level(module, blocks, POS_EMBED, address, "learned position embedding")
-    if address in ("ln_final.hook_normalized", "ln_final.hook_scale"):
+    if address in _FINAL:
         final = top_level(module, blocks, FINAL_LN, address, "final layer norm")
         return final + address.removeprefix("ln_final")
     m = _TL.match(address)

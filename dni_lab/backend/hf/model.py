@@ -6,7 +6,9 @@ non-special, non-padding token, whatever the padding side, so left- and
 right-padded batches give the same behaviors. Special tokens (``[CLS]``,
 ``[SEP]``, BOS) still run through the model but are not symbols. Each symbol
 carries the character span it came from (:meth:`HFModel.offsets`), which is
-how character- and word-level hypotheses reach tokens (:mod:`.align`).
+how character- and word-level hypotheses reach tokens (:mod:`.align`). A record may
+also be token ids, fed as they are, whose hypotheses read its decoded tokens
+(:mod:`.token_records`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import DNIError, LayerError, did_you_mean
+from ..errors import DNIError, LayerError, RecordError, did_you_mean
 from ..extraction.models import Model, to_device
 from . import attention, capture, computed, encoding, hooks, names, seq2seq
+from . import token_records as ids_
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
 
@@ -143,6 +146,7 @@ class HFModel(Model):
         self._taps = hooks.taps(module, self._blocks, self._n_blocks)
         emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
         self._vocab = getattr(emb, "num_embeddings", None)
+        self._specials = frozenset(int(i) for i in tokenizer.all_special_ids)  # never symbols
         self._pairs: dict[str, attention.Pair] = {}  # attention_to's pair hypotheses
         self._attn: dict[str, tuple[str, str]] = {}  # address -> (attention module, pair name)
         self.stop_early = True  # capture() ends the forward pass once its hooks fired
@@ -180,9 +184,10 @@ class HFModel(Model):
         With record-level units (``pool="cls"|"last"|"mean"``) one span, the record.
         """
         if not isinstance(record, str):  # before the memo: a list is not hashable
+            ids_.record_ids(record, self.name)  # raises for what is neither text nor ids
             raise DNIError(
-                f"model {self.name!r} reads text records; got {type(record).__name__} "
-                f"({record!r:.40}). Pass strings (token ids are not records: decode them)."
+                f"a token-id record has no character offsets on model {self.name!r}: its "
+                "symbols are its tokens; read them with model.token_record(record)."
             )
         spans = self._memo.get(record)
         if spans is None:
@@ -214,12 +219,69 @@ class HFModel(Model):
             self._memo[record] = spans
         return spans
 
-    def _n_symbols(self, record: str) -> int:
-        return len(self.offsets(record))
+    def _n_symbols(self, record: Any) -> int:
+        ids = ids_.record_ids(record, self.name)
+        if ids is None:
+            return len(self.offsets(record))
+        n = len(ids_.symbol_ids(self._fed_ids(ids), self._specials))
+        return min(n, 1) if self.record_pool is not None else n
 
-    def skips(self, record: str) -> bool:
+    def skips(self, record: Any) -> bool:
         """Whether ``record`` is skipped (``skip_long=True`` and longer than ``max_length``)."""
-        return self.skip_long and not self.offsets(record) and record in self._too_long
+        if not self.skip_long:
+            return False
+        ids = ids_.record_ids(record, self.name)
+        if ids is not None:
+            return self.max_length is not None and len(ids) > self.max_length
+        return not self.offsets(record) and record in self._too_long
+
+    def check_records(self, records: Sequence[Any]) -> None:
+        """Check token-id records before a run reads any: readable, ids in the vocabulary.
+
+        Text records are left to the tokenizer. Raises a ``TokenIdsError`` naming the
+        record's position in ``records``.
+        """
+        for k, r in enumerate(records):
+            if not isinstance(r, str):
+                ids = ids_.record_ids(r, self.name)
+                ids_.check_vocab(ids or (), self._vocab, self.name, f" (record {k:,} of the data)")
+
+    def token_record(self, record: Any) -> ids_.TokenRecord:
+        """What a hypothesis reads of a token-id record: its symbols' tokens and ids.
+
+        Parameters
+        ----------
+        record : list of int or 1-D integer tensor
+            A token-id record.
+
+        Returns
+        -------
+        TokenRecord
+            The decoded tokens, one per symbol (special tokens left out), their ids and
+            the text they decode to (:class:`.token_records.TokenRecord`).
+        """
+        ids = ids_.record_ids(record, self.name)
+        if ids is None:
+            raise DNIError(f"{record[:40]!r} is text, not token ids; model {self.name!r} "
+                           "reads its tokens through model.offsets(record).")  # fmt: skip
+        fed = ids_.symbol_ids(self._fed_ids(ids), self._specials)
+        return ids_.token_record(self.tokenizer, fed)
+
+    def _fed_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The ids the model runs for a token-id record: checked, cut or skipped if long."""
+        ids_.check_vocab(ids, self._vocab, self.name)
+        if self.max_length is None or len(ids) <= self.max_length:
+            return ids
+        if self.skip_long:
+            return ()
+        if self.truncate:
+            return ids[: self.max_length]
+        how = "" if self.stride is None else " (stride= windows text records only)"
+        raise DNIError(
+            f"a token-id record holds {len(ids)} ids, more than model {self.name!r} reads "
+            f"({self.max_length}){how}: {list(ids[:8])}...; pass HFModel(..., truncate=True) "
+            "to read its first ids or skip_long=True to skip it, or pass the text."
+        )
 
     @property
     def symbol_space(self) -> str:
@@ -238,7 +300,10 @@ class HFModel(Model):
         return [AlignedFamily(f, self) for f in families]
 
     # -- running --------------------------------------------------------------
-    def _encode(self, records: list[str]) -> dict[str, torch.Tensor]:
+    def _encode(self, records: list[Any]) -> dict[str, torch.Tensor]:
+        ids = [ids_.record_ids(r, self.name) for r in records]
+        if any(i is not None for i in ids):
+            return self._encode_ids(records, ids)
         for r in records:  # validates types and lengths, fills the offsets memo
             self.offsets(r)
         given = list(records)
@@ -256,15 +321,7 @@ class HFModel(Model):
                 "the tokenizer the model was trained with, or call "
                 "module.resize_token_embeddings(len(tokenizer)) after adding tokens."
             )
-        batch = dict(enc)
-        if self._positions and self.tokenizer.padding_side == "left":
-            # left padding shifts tokens right; positions must count real tokens only,
-            # or a left-padded record reads other position embeddings than a right-padded one
-            batch["position_ids"] = (enc["attention_mask"].cumsum(1) - 1).clamp(min=0)
-        if self._pairs and layout.per_token:
-            layout.targets = {n: attention.target_grid(self, p, n, given, layout.index.shape[1])
-                              for n, p in self._pairs.items()}  # fmt: skip
-        batch[_LAYOUT] = layout
+        batch = self._placed(dict(enc), layout, given)
         if self.decoder_input is not None:
             dec, keep = seq2seq.encode_decoder(
                 self.tokenizer, seq2seq.decoder_records(self, given, list(records)),
@@ -274,6 +331,35 @@ class HFModel(Model):
                 seq2seq.check_counts(self, given, keep)
             batch.update(dec)
             batch[_DECODER] = encoding.token_layout(keep)
+        return batch
+
+    def _encode_ids(self, records: list[Any], ids: list[Any]) -> dict[str, torch.Tensor]:
+        """A block of token-id records: the ids fed as they are (:mod:`.token_records`)."""
+        if any(i is None for i in ids):
+            raise RecordError(
+                f"model {self.name!r} got a block that mixes text and token-id records; pass "
+                "one kind (tokenizer.batch_decode(ids) turns ids into text)."
+            )
+        if self.decoder_input is not None:
+            raise DNIError(
+                f"model {self.name!r} has decoder_input=, which reads text records; pass the "
+                "texts (tokenizer.batch_decode(ids)), or leave decoder_input out."
+            )
+        # a skipped record runs as one pad token: it holds no symbol
+        rows = [self._fed_ids(i) or (self.tokenizer.pad_token_id,) for i in ids]
+        batch, layout = ids_.encode_ids(self.tokenizer, rows, self._specials, self.record_pool)
+        return self._placed(batch, layout, list(records))
+
+    def _placed(self, batch: dict[str, Any], layout: encoding.Layout, given: list[Any]) -> dict:
+        """``batch`` with its position ids (left padding), pair targets and symbol layout."""
+        if self._positions and self.tokenizer.padding_side == "left":
+            # left padding shifts tokens right; positions must count real tokens only,
+            # or a left-padded record reads other position embeddings than a right-padded one
+            batch["position_ids"] = (batch["attention_mask"].cumsum(1) - 1).clamp(min=0)
+        if self._pairs and layout.per_token:
+            layout.targets = {n: attention.target_grid(self, p, n, given, layout.index.shape[1])
+                              for n, p in self._pairs.items()}  # fmt: skip
+        batch[_LAYOUT] = layout
         return batch
 
     def forward(self, batch: Any) -> Any:
@@ -345,6 +431,14 @@ class HFModel(Model):
         and GPT-2's fused q/k/v are not a module's output and get an address of their own.
         """
         return super().addresses + list(self._taps) + list(self._attn)
+
+    def hook_names(self) -> list[str]:
+        """The TransformerLens hook names this model translates (``blocks.0.attn.hook_z``, ...).
+
+        What ``dl.activations(names=...)``' globs and callables choose among, before
+        :attr:`addresses`; some may still not resolve (see :func:`.hooks.tl_names`).
+        """
+        return hooks.tl_names(self.module, self._blocks, self._n_blocks, self._taps)
 
     def positional_layers(self) -> list[str]:
         """The blocks: position ``i`` is block ``i``, and the default units."""
