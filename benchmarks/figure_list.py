@@ -8,7 +8,90 @@ digits (``0.9`` is shown as ``0.90``).
 
 from __future__ import annotations
 
-from benchmarks.figures import Notebook, Result, Source
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from benchmarks.readme_table import REPO, RESULTS, load_results
+
+NOTEBOOKS = REPO / "notebooks"
+PREFIX = "figures: "  # the line a notebook's figures cell prints, then one JSON object
+
+
+def _dig(value: Any, key: str) -> Any:
+    for part in key.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+@cache
+def notebook_figures(stem: str) -> dict[str, Any]:
+    """The ``figures: {...}`` lines of a notebook's stored outputs, merged into one dict.
+
+    Parameters
+    ----------
+    stem
+        The notebook's file name without ``.ipynb``, e.g. ``"10_transformers"``.
+
+    Raises
+    ------
+    KeyError
+        A key printed twice (two cells would claim the same figure).
+    """
+    cells = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    out: dict[str, Any] = {}
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            for line in "".join(output.get("text", "")).splitlines():
+                if line.startswith(PREFIX):
+                    found = json.loads(line[len(PREFIX) :])
+                    if set(found) & set(out):
+                        raise KeyError(f"{stem}: figures printed twice: {set(found) & set(out)}")
+                    out.update(found)
+    return out
+
+
+@dataclass(frozen=True)
+class Result:
+    """A figure at a dotted ``key`` of ``benchmarks/results/<file>.json``, shown as ``fmt``."""
+
+    file: str
+    key: str
+    fmt: str = "{}"
+
+    def value(self, results: dict[str, dict] | None = None) -> Any:
+        """The stored value (``results``: parsed files by name, default the committed ones)."""
+        results = _results() if results is None else results
+        return _dig(results[self.file], self.key)
+
+    def where(self) -> str:
+        return f"benchmarks/results/{self.file}.json {self.key}"
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """A figure printed by a notebook's figures cell (``figures: {...}``), shown as ``fmt``."""
+
+    stem: str
+    key: str
+    fmt: str = "{}"
+
+    def value(self, figures: dict[str, Any] | None = None) -> Any:
+        """The stored value (``figures``: the notebook's printed figures, default its file's)."""
+        return (notebook_figures(self.stem) if figures is None else figures)[self.key]
+
+    def where(self) -> str:
+        return f"notebooks/{self.stem}.ipynb figures {self.key}"
+
+
+Source = Result | Notebook
+
+
+@cache
+def _results() -> dict[str, dict]:
+    return load_results(RESULTS)
+
 
 F1, F2, F3, F4, INT = "{:.1f}", "{:.2f}", "{:.3f}", "{:.4f}", "{:d}"
 

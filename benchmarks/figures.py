@@ -20,11 +20,8 @@ within a tolerance on every run instead.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make the benchmarks package importable
     sys.path.insert(0, str(REPO))
 
-from benchmarks.readme_table import RESULTS, load_results  # noqa: E402
+# the figures and their sources (the last three re-exported: tests name them here)
+from benchmarks.figure_list import FIGURES, Source  # noqa: E402
+from benchmarks.figure_list import Notebook as Notebook  # noqa: E402
+from benchmarks.figure_list import Result as Result  # noqa: E402
+from benchmarks.figure_list import notebook_figures as notebook_figures  # noqa: E402
 
-NOTEBOOKS = REPO / "notebooks"
 FRAGMENT = re.compile(r"<!-- fig:([\w.-]+) -->(.*?)<!-- /fig -->", re.S)
-PREFIX = "figures: "  # the line a notebook's figures cell prints, then one JSON object
 
 
 def pages() -> list[Path]:
@@ -46,80 +45,6 @@ def pages() -> list[Path]:
     return [REPO / "README.md", *sorted(docs.glob("*.md")), *sorted((docs / "api").glob("*.md"))]
 
 
-def _dig(value: Any, key: str) -> Any:
-    for part in key.split("."):
-        value = value[int(part)] if isinstance(value, list) else value[part]
-    return value
-
-
-@cache
-def notebook_figures(stem: str) -> dict[str, Any]:
-    """The ``figures: {...}`` lines of a notebook's stored outputs, merged into one dict.
-
-    Parameters
-    ----------
-    stem
-        The notebook's file name without ``.ipynb``, e.g. ``"10_transformers"``.
-
-    Raises
-    ------
-    KeyError
-        A key printed twice (two cells would claim the same figure).
-    """
-    cells = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
-    out: dict[str, Any] = {}
-    for cell in cells:
-        for output in cell.get("outputs", []):
-            for line in "".join(output.get("text", "")).splitlines():
-                if line.startswith(PREFIX):
-                    found = json.loads(line[len(PREFIX) :])
-                    if set(found) & set(out):
-                        raise KeyError(f"{stem}: figures printed twice: {set(found) & set(out)}")
-                    out.update(found)
-    return out
-
-
-@dataclass(frozen=True)
-class Result:
-    """A figure at a dotted ``key`` of ``benchmarks/results/<file>.json``, shown as ``fmt``."""
-
-    file: str
-    key: str
-    fmt: str = "{}"
-
-    def value(self, results: dict[str, dict] | None = None) -> Any:
-        """The stored value (``results``: parsed files by name, default the committed ones)."""
-        results = _results() if results is None else results
-        return _dig(results[self.file], self.key)
-
-    def where(self) -> str:
-        return f"benchmarks/results/{self.file}.json {self.key}"
-
-
-@dataclass(frozen=True)
-class Notebook:
-    """A figure printed by a notebook's figures cell (``figures: {...}``), shown as ``fmt``."""
-
-    stem: str
-    key: str
-    fmt: str = "{}"
-
-    def value(self, figures: dict[str, Any] | None = None) -> Any:
-        """The stored value (``figures``: the notebook's printed figures, default its file's)."""
-        return (notebook_figures(self.stem) if figures is None else figures)[self.key]
-
-    def where(self) -> str:
-        return f"notebooks/{self.stem}.ipynb figures {self.key}"
-
-
-Source = Result | Notebook
-
-
-@cache
-def _results() -> dict[str, dict]:
-    return load_results(RESULTS)
-
-
 def render(source: Source, value: Any = None) -> str:
     """The text a page shows for ``source`` (``value`` replaces the stored one, for tests)."""
     return source.fmt.format(source.value() if value is None else value)
@@ -127,8 +52,6 @@ def render(source: Source, value: Any = None) -> str:
 
 def differences(text: str, figures: dict[str, Source] | None = None) -> list[str]:
     """Each fragment of ``text`` whose content is not its source's rendering, or has no source."""
-    from benchmarks.figure_list import FIGURES
-
     figures = FIGURES if figures is None else figures
     problems = []
     for m in FRAGMENT.finditer(text):
@@ -149,8 +72,6 @@ def differences(text: str, figures: dict[str, Source] | None = None) -> list[str
 
 def rewrite(text: str, figures: dict[str, Source] | None = None) -> str:
     """``text`` with every fragment's content rendered from its source."""
-    from benchmarks.figure_list import FIGURES
-
     figures = FIGURES if figures is None else figures
     return FRAGMENT.sub(lambda m: f"<!-- fig:{m[1]} -->{render(figures[m[1]])}<!-- /fig -->", text)
 

@@ -1,6 +1,6 @@
 """The rows of the README's Benchmarks table: what each compares and where its numbers are.
 
-Each :class:`~benchmarks.readme_table.Row` names one results file (its stem) and
+Each :class:`Row` names one results file (its stem) and
 reads every measured figure from it; the ``what`` text holds only the workload's
 description. Targets are declared here once, from the issues that set them
 (11: speed and memory; 13: Stop; 14: extraction; 24: the demo and the probes'
@@ -10,8 +10,61 @@ F1), and checked against the stored numbers when the table is rendered.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from benchmarks.readme_table import Row, Target, pct, secs, times
+_OPS = {"<=": ("≤", lambda v, b: v <= b), ">=": ("≥", lambda v, b: v >= b)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One condition of a row: ``value(results) op bound``, shown as ``label op bound``."""
+
+    label: str
+    op: str  # "<=" or ">="
+    bound: float
+    unit: str
+    value: Callable[[dict], float]
+
+    def text(self) -> str:
+        """The condition as the README shows it, e.g. ``≥ 20×`` or ``|ΔF1| ≤ 0.01``."""
+        return f"{self.label}{_OPS[self.op][0]} {self.bound:g}{self.unit}".strip()
+
+    def holds(self, res: dict) -> bool:
+        """Whether the stored numbers meet the condition."""
+        return bool(_OPS[self.op][1](self.value(res), self.bound))
+
+
+@dataclass(frozen=True)
+class Row:
+    """A table row: its static description, its results file and how to read it.
+
+    ``cells`` returns the ours, baseline and ratio cells from the file's parsed JSON;
+    ``targets`` are checked against the same JSON (none: an information row, whose
+    target cell is ``note``).
+    """
+
+    what: str
+    script: str
+    source: str
+    cells: Callable[[dict], tuple[str, str, str]]
+    targets: tuple[Target, ...] = ()
+    note: str = "info"
+
+
+def secs(x: float) -> str:
+    """Seconds with three significant digits, milliseconds below 0.1 s."""
+    return f"{x * 1e3:.2g} ms" if x < 0.01 else f"{x * 1e3:.3g} ms" if x < 0.1 else f"{x:.3g} s"
+
+
+def times(x: float) -> str:
+    """A ratio with three significant digits, e.g. ``3.94×``, ``26×``, ``113×``."""
+    return f"{x:.3g}×" if x < 1000 else f"{x:,.0f}×"
+
+
+def pct(x: float) -> str:
+    """A share as a percentage (0.138 → ``14%``; 0.9904 → ``99.0%`` above 90%)."""
+    return f"{x:.1%}" if x > 0.9 else f"{x:.0%}"
 
 
 def _demo(d: dict) -> tuple[str, str, str]:

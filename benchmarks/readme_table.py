@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,58 +28,8 @@ if str(REPO) not in sys.path:  # run as a script: make the benchmarks package im
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 HEADER = "| what | script | ours | baseline | ratio | target |\n|---|---|---|---|---|---|"
 MISSING = "not measured yet"
-_OPS = {"<=": ("≤", lambda v, b: v <= b), ">=": ("≥", lambda v, b: v >= b)}
 
-
-@dataclass(frozen=True)
-class Target:
-    """One condition of a row: ``value(results) op bound``, shown as ``label op bound``."""
-
-    label: str
-    op: str  # "<=" or ">="
-    bound: float
-    unit: str
-    value: Callable[[dict], float]
-
-    def text(self) -> str:
-        """The condition as the README shows it, e.g. ``≥ 20×`` or ``|ΔF1| ≤ 0.01``."""
-        return f"{self.label}{_OPS[self.op][0]} {self.bound:g}{self.unit}".strip()
-
-    def holds(self, res: dict) -> bool:
-        """Whether the stored numbers meet the condition."""
-        return bool(_OPS[self.op][1](self.value(res), self.bound))
-
-
-@dataclass(frozen=True)
-class Row:
-    """A table row: its static description, its results file and how to read it.
-
-    ``cells`` returns the ours, baseline and ratio cells from the file's parsed JSON;
-    ``targets`` are checked against the same JSON (none: an information row, whose
-    target cell is ``note``).
-    """
-
-    what: str
-    script: str
-    source: str
-    cells: Callable[[dict], tuple[str, str, str]]
-    targets: tuple[Target, ...] = ()
-    note: str = "info"
-
-
-def secs(x: float) -> str:
-    """Seconds with three significant digits, milliseconds below 0.1 s."""
-    return f"{x * 1e3:.2g} ms" if x < 0.01 else f"{x * 1e3:.3g} ms" if x < 0.1 else f"{x:.3g} s"
-
-
-def times(x: float) -> str:
-    """A ratio with three significant digits, e.g. ``3.94×``, ``26×``, ``113×``."""
-    return f"{x:.3g}×" if x < 1000 else f"{x:,.0f}×"
-
-
-def pct(x: float) -> str:
-    """A share as a percentage (0.138 → ``14%``; 0.9904 → ``99.0%`` above 90%)."""
-    return f"{x:.1%}" if x > 0.9 else f"{x:.0%}"
+from benchmarks.readme_rows import ROWS, Row  # noqa: E402  (after the sys.path line)
 
 
 def load_results(directory: Path = RESULTS) -> dict[str, dict]:
@@ -141,8 +89,6 @@ def _load_average(res: dict) -> str | None:
 
 def render_table(results: dict[str, dict] | None = None) -> str:
     """The whole generated block: header, rows and the load line, without markers."""
-    from benchmarks.readme_rows import ROWS
-
     results = load_results() if results is None else results
     lines = [HEADER, *(render_row(r, results) for r in ROWS), ""]
     sources = dict.fromkeys(r.source for r in ROWS)

@@ -81,7 +81,8 @@ def test_the_notebook_figures_are_printed_once(tmp_path, monkeypatch):
     cell = {"outputs": [{"text": ['figures: {"a": 1}\n']}]}
     nb = json.dumps({"cells": [cell, cell]})
     (tmp_path / "x.ipynb").write_text(nb)
-    monkeypatch.setattr(fg, "NOTEBOOKS", tmp_path)
+    # the notebooks directory lives with the figures' sources, in figure_list
+    monkeypatch.setattr(sys.modules["benchmarks.figure_list"], "NOTEBOOKS", tmp_path)
     fg.notebook_figures.cache_clear()
     with pytest.raises(KeyError, match="printed twice"):
         fg.notebook_figures("x")

@@ -32,7 +32,8 @@ def safetensors():
         import safetensors.torch as st
     except ImportError as exc:  # pragma: no cover - safetensors comes with the extra
         raise DNIError(
-            "reading and writing feature sets needs safetensors: pip install dni_lab[features]."
+            "reading and writing feature sets and probes needs safetensors: "
+            "pip install dni_lab[features]."
         ) from exc
     return st
 

@@ -1,0 +1,15 @@
+"""``dl.Probe``: linear probes fitted once, kept as files bound to their model, applied later.
+
+``estimator.py`` holds the estimator (fit, predict, score, apply), ``reading.py`` what it
+reads (a layer's activations per symbol, labels from a hypothesis or given),
+``solver.py`` the logistic fit, its F1 threshold and AUROC, ``storage.py`` the files
+(safetensors + JSON sidecar), ``frames.py`` a probe from a ``logreg`` score frame,
+``metrics.py`` the reported statistics as pure functions (AUROC, recall at FPR,
+calibration, F1, record bootstrap) and ``evaluation.py`` ``Probe.report`` and
+``Probe.nulls`` (control task per symbol type, random directions, an untrained copy).
+See ``docs/api/probe.md``.
+"""
+
+from .estimator import Probe
+
+__all__ = ["Probe"]

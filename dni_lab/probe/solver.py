@@ -1,0 +1,192 @@
+"""The numbers behind :class:`~dni_lab.probe.Probe`: a logistic fit, its threshold, AUROC.
+
+The objective is scikit-learn's, divided by ``C · n`` so that its scale does not grow
+with the symbols read::
+
+    L2:  mean log-loss + ||w||² / (2 C n)        L1:  mean log-loss + ||w||₁ / (C n)
+
+(intercept unpenalised), so a fit here and ``LogisticRegression(C=C, penalty=...)`` on the
+same standardised rows have one optimum. L2 is smooth: torch's L-BFGS with a strong-Wolfe
+line search in float64 solves it. L1 is not: it goes to the projected Newton solver of the
+``logreg`` measure (:func:`dni_lab.backend.measures._newton.newton`), as one column
+trained on every row, so a probe and the measure's probe zero the same coefficients.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from scipy.stats import rankdata
+from torch.nn.functional import softplus
+
+from ..backend.measures._newton import Problem, initial_weights, newton
+
+_F64 = torch.float64
+
+
+class LogisticFit(NamedTuple):
+    """Slopes (on the standardised units), intercept, steps taken and whether it converged."""
+
+    coef: np.ndarray  # (d,) float64
+    intercept: float
+    n_iter: int
+    converged: bool
+
+
+def fit_logistic(
+    X: torch.Tensor, y: torch.Tensor, C: float, penalty: str, tol: float, max_iter: int
+) -> LogisticFit:
+    """A penalised logistic regression of ``y`` (0/1) on the standardised rows ``X``.
+
+    Parameters
+    ----------
+    X : torch.Tensor
+        ``(n, d)`` standardised units, one row per symbol.
+    y : torch.Tensor
+        ``(n,)`` 0/1 targets, both present.
+    C : float
+        Inverse regularisation strength, scikit-learn's.
+    penalty : {"l2", "l1"}
+        The penalty on the slopes.
+    tol : float
+        L2: the largest gradient entry at which L-BFGS stops; L1: the largest Newton step
+        (on standardised units) at which the Newton solver stops.
+    max_iter : int
+        The most solver steps.
+
+    Returns
+    -------
+    LogisticFit
+        A fit that did not reach ``tol`` within ``max_iter`` has ``converged=False`` (and
+        the caller warns).
+    """
+    if penalty == "l1":
+        return _fit_l1(X, y, C, tol, max_iter)
+    return _fit_l2(X.to(_F64), y.to(_F64), C, tol, max_iter)
+
+
+def _fit_l2(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
+    n, d = X.shape
+    lam = 1.0 / (C * n)
+    w = torch.zeros(d + 1, dtype=_F64, requires_grad=True)
+    with torch.no_grad():  # start at the base rate: the intercept's own optimum at w = 0
+        rate = float(y.mean())
+        w[0] = np.log(rate / (1 - rate))
+    sign = 1 - 2 * y  # log(1 + e^{-z}) for a positive row, log(1 + e^{z}) for a negative
+
+    def loss() -> torch.Tensor:
+        z = X @ w[1:] + w[0]
+        return softplus(z * sign).mean() + 0.5 * lam * (w[1:] ** 2).sum()
+
+    opt = torch.optim.LBFGS(
+        [w],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=tol,
+        tolerance_change=0.0,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        f = loss()
+        f.backward()
+        return f
+
+    with torch.enable_grad():
+        opt.step(closure)
+        opt.zero_grad()
+        g = torch.autograd.grad(loss(), w)[0]
+    steps = int(opt.state[w].get("n_iter", 0))
+    # L-BFGS also stops when a line search cannot decrease further (float64's floor);
+    # within 10·tol of the stationary point that is as converged as float64 allows
+    converged = bool(g.abs().max() <= 10 * tol)
+    wd = w.detach()
+    return LogisticFit(wd[1:].numpy().copy(), float(wd[0]), steps, converged)
+
+
+def _fit_l1(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
+    # the logreg measure's solver, float32 as it runs there: one column, one output,
+    # every row in fold 1 and the column leaving out fold 0, which is empty (the
+    # solver's Hessians subtract the left-out fold's part, so all rows train it)
+    n = X.shape[0]
+    X1 = torch.cat([torch.ones(n, 1), X.float()], dim=1)
+    p = Problem(
+        X=X1,
+        Y=y.float()[None],
+        w_row=torch.full((1, n), 1.0 / n),
+        lam=torch.tensor([1 / (C * n)]),
+        col_out=torch.zeros(1, dtype=torch.long),
+        col_fold=torch.zeros(1, dtype=torch.long),
+        row_fold=torch.ones(n, dtype=torch.long),
+        outputs=1,
+    )
+    # float32 Newton steps bottom out near 1e-6 on O(1) coefficients
+    fit = newton(p, initial_weights(p), iters=max_iter, tol=max(tol, 1e-5))
+    W = fit.W[:, 0].double()
+    return LogisticFit(W[1:].numpy().copy(), float(W[0]), max_iter, not bool(fit.open[0]))
+
+
+def fit_intercept(z: torch.Tensor, y: torch.Tensor, iters: int = 50) -> float:
+    """The intercept ``b`` minimising the mean log-loss of ``z + b`` (slopes held fixed).
+
+    Newton's method on one convex variable, from the base rate's log-odds less the mean
+    score: the intercept a probe fitted on these rows has, since it is unpenalised.
+    """
+    z, y = z.to(_F64), y.to(_F64)
+    rate = float(y.mean())
+    b = float(np.log(rate / (1 - rate))) - float(z.mean())
+    for _ in range(iters):
+        p = torch.sigmoid(z + b)
+        g, h = float((p - y).mean()), float((p * (1 - p)).mean())
+        step = g / max(h, 1e-12)
+        b -= float(np.clip(step, -5.0, 5.0))  # bounded: a flat curvature far from 0
+        if abs(step) < 1e-12:
+            break
+    return b
+
+
+def f1_threshold(prob: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The probability threshold (predict 1 where ``prob >= t``) of the highest F1 on ``y``.
+
+    Every distinct probability is a candidate (ties fall on one side together); the
+    threshold is that probability itself, so these rows' predictions at it give the F1
+    returned exactly. Among equal F1s the highest threshold wins (fewer positives).
+    """
+    order = np.argsort(-prob, kind="stable")
+    p, t = prob[order], y[order].astype(np.float64)
+    tp = np.cumsum(t)
+    k = np.arange(1, len(p) + 1)
+    last = np.r_[p[1:] != p[:-1], True]  # the end of each run of tied probabilities
+    f1 = np.where(last, 2 * tp / (k + t.sum()), -1.0)
+    best = int(np.argmax(f1))  # the first maximum: the highest threshold
+    return float(p[best]), float(f1[best])
+
+
+def auroc(scores: np.ndarray, y: np.ndarray) -> float:
+    """The area under the ROC curve of ``scores`` for 0/1 ``y``; ties count half.
+
+    The Mann–Whitney statistic from average ranks, in float64: what
+    ``sklearn.metrics.roc_auc_score`` computes, to rounding.
+    """
+    y = np.asarray(y, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(np.asarray(scores, dtype=np.float64))
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def warn_unconverged(fit: LogisticFit, penalty: str, tol: float, max_iter: int) -> None:
+    """Say that a fit stopped on its step budget, and how to let it go on."""
+    if not fit.converged:
+        warnings.warn(
+            f"the {penalty} logistic fit did not reach tol={tol:g} within max_iter={max_iter}; "
+            "its coefficients are approximate. Pass a larger max_iter (or a smaller C).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
