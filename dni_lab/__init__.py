@@ -18,6 +18,7 @@ from .backend import hf as _hf  # noqa: F401  (installs Model.from_hf)
 from .backend.api import inspect
 from .backend.engine.frames import export, read_params
 from .backend.engine.inspection import Progress
+from .backend.engine.levels import check
 from .backend.engine.params import InspectParams
 from .backend.engine.provenance import PartialResultWarning, provenance
 from .backend.engine.run import Run
@@ -27,11 +28,14 @@ from .backend.errors import (
     DNIError,
     HypothesisError,
     LayerError,
+    LevelError,
     MeasureError,
+    TokenIdsError,
 )
 from .backend.extraction.activations import ActivationCache, activations
 from .backend.extraction.layouts import Frames, Layout
 from .backend.extraction.models import Model
+from .backend.hf.token_records import TokenRecord
 from .backend.hypothesis.cache import HypothesisCache
 from .backend.hypothesis.hypotheses import (
     Hypothesis,
@@ -41,6 +45,7 @@ from .backend.hypothesis.hypotheses import (
 )
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.query import Catalog, QueryError, query
+from .probe import Probe
 
 __all__ = [
     "ActivationCache",
@@ -56,15 +61,20 @@ __all__ = [
     "InspectParams",
     "LayerError",
     "Layout",
+    "LevelError",
     "Measure",
     "MeasureError",
     "MeasureResult",
     "Model",
     "PartialResultWarning",
+    "Probe",
     "Progress",
     "QueryError",
     "Run",
+    "TokenIdsError",
+    "TokenRecord",
     "activations",
+    "check",
     "examples",
     "export",
     "features",

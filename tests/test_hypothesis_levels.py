@@ -1,4 +1,4 @@
-"""A hypothesis's level is declared, or read where only one level fits; equal counts never decide.
+"""A hypothesis's level is declared, or proved where only one level fits; equal counts never decide.
 
 ``'🤖xy'`` has 3 characters, 2 words... and, with the byte-level BPE trained below,
 3 tokens ``ðŁ | ¤ĸ | xy`` whose character spans are ``(0, 1), (0, 1), (1, 3)``. A
@@ -41,29 +41,29 @@ def test_the_tokenizer_makes_counts_coincide(robot_model):
     assert len(ROBOT) == robot_model.symbols(ROBOT) == 3
 
 
-def test_undeclared_level_with_coinciding_counts_is_named_before_a_block_is_read(robot_model):
-    # one value per token: unambiguous on '🤖xy xy' (6 characters, 2 words, 4 tokens),
-    # ambiguous on the block's last record, '🤖xy'
-    per_token = dl.hypothesis(lambda r: [10.0] * robot_model.symbols(r), name="per_token",
-                              kind="continuous")  # fmt: skip
+def test_undeclared_level_is_proved_before_reading_and_coinciding_counts_follow_it(robot_model):
+    # one value per token: proved on '🤖xy xy' (6 characters, 2 words, 4 tokens); the
+    # block's last record, '🤖xy', has as many characters as tokens and is no evidence:
+    # it used to stop the run, it is now read per token as decided (issue 47)
+    per_token = dl.hypothesis(lambda r: [10.0 * (i + 1) for i in range(robot_model.symbols(r))],
+                              name="per_token", kind="continuous")  # fmt: skip
     data = ["🤖xy xy"] * 40 + [ROBOT]
-    batches = []  # records per forward pass: the layer-width probe reads at most 2
-
-    def seen(module, args, kwargs, out):
-        batches.append(int(out.logits.shape[0]))
-
-    handle = robot_model.module.register_forward_hook(seen, with_kwargs=True)
-    try:
-        with pytest.raises(dl.HypothesisError) as err:
-            dl.inspect(robot_model, [per_token], data=data, units=[("transformer.h.0", "*")],
+    frame = dl.inspect(robot_model, [per_token], data=data, units=[("transformer.h.0", "*")],
                        eps=None, cache=False)  # fmt: skip
-    finally:
-        handle.remove()
+    (level,) = dl.provenance(frame)["levels"]
+    assert dl.provenance(frame)["records_read"] == len(data)
+    # a repeat says nothing new; '🤖xy' confirms the tokens against its one word
+    assert (level["level"], level["decided_by"]) == ("token", "proved from 2 records")
+    decided = AlignedFamily(per_token, robot_model)
+    decided.decide(list(enumerate(data)))
+    assert evaluate_family(decided, ROBOT, 3, 40)[:, 0].tolist() == [10, 20, 30]
+    # read outside a run (no decision), the record alone still cannot say: it asks
+    with pytest.raises(dl.HypothesisError) as err:
+        evaluate_family(AlignedFamily(per_token, robot_model), ROBOT, 3, 40)
     msg = str(err.value)
     for part in ("per_token", repr(ROBOT), "3 characters", "3 tokens", "level=", "'char'",
                  "'token'"):  # fmt: skip
         assert part in msg, (part, msg)
-    assert sum(batches) <= 2, f"the model read a block before the ambiguity was named: {batches}"
 
 
 def test_a_declared_level_decides(robot_model):

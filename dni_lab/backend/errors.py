@@ -22,6 +22,17 @@ class HypothesisError(DNIError):
     """A hypothesis returned something that cannot be aligned to the record's symbols."""
 
 
+class LevelError(HypothesisError):
+    """Hypotheses whose level (per character, word or token) the data could not decide.
+
+    Raised before a run reads its first block, once for all of them: ``questions`` holds
+    one :class:`~dni_lab.backend.hypothesis.levels.LevelDecision` per hypothesis, each
+    with its options, the evidence and the ``level=`` argument that settles it.
+    """
+
+    questions: tuple = ()
+
+
 class LayerError(DNIError, KeyError):
     """A unit specification names a layer or unit the model does not have."""
 
@@ -43,6 +54,12 @@ class RecordError(DNIError):
     Raised by a run when it meets the record; the message names its position in the data
     and ``partial_frame`` holds the frame of the records read before it.
     """
+
+
+class TokenIdsError(DNIError):
+    """Token ids that cannot be records: a tensor of another shape or dtype, a mask that
+    does not fit its ids, ids outside the model's vocabulary. Raised before any record
+    of the data is read."""
 
 
 class CancelledError(DNIError):

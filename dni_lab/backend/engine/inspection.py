@@ -19,6 +19,7 @@ from ..measures.base import stop_check
 from .distinct import DistinctRecords
 from .folding import BlockFolding, _symbol_spaces
 from .frames import empty_frame
+from .levels import decide_levels
 from .params import InspectParams
 from .progress import Progress
 from .provenance import RecordsHash, attach, ending, features_sha256, versions, weights_sha256
@@ -43,6 +44,7 @@ from .stopping import (
     settled,
     stopped_reasons,
 )
+from .token_ids import check_records
 
 __all__ = ["LEAVE_OPEN", "Inspection", "Progress"]
 
@@ -84,6 +86,7 @@ class Inspection(BlockFolding):
         self.families, self.info = as_families(hypotheses, self.measures)
         self.units = normalize_units(units, self.models)
         self.data = as_source(data, column)  # records in memory, files, a Ray Dataset
+        check_records(self.models, self.data.in_memory)  # token ids, before any block
         self.device = resolve_device(self.params.device)
         self.cache = as_cache(self.params.cache)
         self.hids = [i.name for i in self.info]
@@ -100,6 +103,7 @@ class Inspection(BlockFolding):
         self._distinct = DistinctRecords()  # a stream that repeats itself (stopping.py)
         self._limit: Limit | None = None  # what ended the reading first, if a limit did
         self._touched = False  # a state saw the block in flight (no partial frame then)
+        self._levels: list[Any] = []  # each hypothesis's level, decided before reading
 
     def metadata(self) -> dict[str, Any]:
         """The query's parameters, as stored with an exported frame (``dl.export``)."""
@@ -125,6 +129,7 @@ class Inspection(BlockFolding):
             # padded symbol slots / all slots of the forward passes, per model
             "padding_waste": {m: p.waste for m, p in self._padding.items()},
             "skipped_records": dict(self._skipped),
+            "levels": [d.row() for d in self._levels],  # how each level was decided
             **ending(
                 self._records_hash.count,
                 self.progress.total_records,
@@ -231,9 +236,9 @@ class Inspection(BlockFolding):
         pre = None
         if not self.states:
             # a record without symbols is named before a model sees any (counting runs
-            # no model); then units: the probe pass on the first records names a layer
-            # that cannot be read before any hypothesis runs; then a hypothesis whose
-            # level its length cannot tell, before the model reads a block
+            # no model); then every hypothesis's level, decided from the first records
+            # before any model runs; then units: the probe pass on the first records
+            # names a layer that cannot be read before any hypothesis block is laid out
             for sp in self._spaces.values():
                 self._symbol_counts(sp.models, block_records, first)
             units = self._resolve_units(block_records)
@@ -304,7 +309,12 @@ class Inspection(BlockFolding):
         return self._read_to_end and self._limit is None and not self._cancel
 
     def _resolve_units(self, sample: list[Any]) -> list[Any]:
-        """Every model's units, from one probe pass on the first records of ``sample``."""
+        """Every model's units, from one probe pass on the first records of ``sample``.
+
+        Before it, every hypothesis's level is decided from ``sample`` (one ``LevelError``
+        asks all that cannot be), so no model runs on a question (a run, a cluster's
+        driver and each of its workers all come here first, with the same records)."""
+        self._levels = decide_levels(self._spaces, sample)
         out = []
         for model in self.models:
             with on_device(model, self.device):

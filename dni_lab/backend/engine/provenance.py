@@ -8,7 +8,9 @@ frame, and exporting it needs ``params=`` or ``dl.provenance(original)``).
 
 The record also says how reading ended (:func:`ending`): records read out of the
 total, ``stopped_early`` when every pair settled before the data's end, and
-``partial`` when a Stop, ``cancel()`` or Ctrl-C ended the run first.
+``partial`` when a Stop, ``cancel()`` or Ctrl-C ended the run first, and under
+``levels`` how each hypothesis's level was decided before reading
+(:mod:`.levels`: declared, proved from which records, or the model's own symbols).
 """
 
 from __future__ import annotations

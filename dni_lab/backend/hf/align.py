@@ -16,13 +16,20 @@ The pooling is chosen per hypothesis kind (binary → any, continuous → mean,
 categorical → first by default). NaN ("undefined here") is left out of a
 span's pool; a token all of whose characters are undefined is undefined.
 
+A token-id record (:mod:`.token_records`) has no characters: the hypothesis reads its
+decoded tokens and gives one value per token (or per record), nothing is pooled.
+
 The level is the hypothesis's declaration (``level="char" | "word" | "token" |
 "symbol" | "record"``; ``"symbol"`` is the token here, ``"record"`` one value
-read at every token). Undeclared, it is the one level whose count equals the
-output's length; when the record's characters, words and tokens coincide in
-number for two or more of them (``'🤖xy'``: 3 characters and 3 tokens), the
-length cannot say which was meant and a :class:`HypothesisError` asks for
-``level=`` (equal counts never decide).
+read at every token). Undeclared, a run decides it once, before its first block
+(:meth:`AlignedFamily.decide`, :mod:`..hypothesis.levels`): the one level whose count
+equals the output's length on every record of the data's start whose counts differ.
+A record whose characters, words and tokens coincide in number (``'9'``; ``'🤖xy'``:
+3 characters and 3 tokens) is no evidence, and once the level is decided it is read
+at that level; a record whose length fits another level is an error naming the
+record, the level and its evidence. Read outside a run (no decision), the level is
+the one whose count equals the length on the record at hand, and a
+:class:`HypothesisError` asks for ``level=`` where counts coincide.
 The tokenizer and the pooling enter the family's fingerprint, so the
 hypothesis cache never serves character values to tokens or one tokenizer's
 tokens to another.
@@ -37,9 +44,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import HypothesisError
+from ..hypothesis import levels
 from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family, wrapped_fingerprint
 
 POOLS = ("first", "last", "mean", "any")
+#: the count a level's length is checked against (``"symbol"``: the model's, its tokens)
+_COUNTED = {"symbol": "token"}
 DEFAULT_POOL = {"binary": "any", "continuous": "mean", "categorical": "first"}
 _WORD = re.compile(r"\S+")
 
@@ -150,6 +160,8 @@ class AlignedFamily(HypothesisFamily):
         self.kind = family.kind
         self.categories = family.categories
         self.level = "token"  # what it returns; the family's own level is read in _evaluate
+        #: the family's level as a run decided it before reading (:meth:`decide`), if it did
+        self.decision: levels.LevelDecision | None = None
 
     def signals(self) -> list[str]:
         return self.family.signals()
@@ -164,14 +176,23 @@ class AlignedFamily(HypothesisFamily):
             raise HypothesisError(str(exc).replace("record -1", f"record {record[:40]!r}")) from exc
 
     def _evaluate(self, record: Any) -> np.ndarray:
+        if not isinstance(record, str):  # token ids: the symbols are the tokens, no spans
+            return self._evaluate_tokens(record)
         spans = self.model.offsets(record)
+        if not spans:  # a record the model skips (too long) holds no symbol to read at
+            return np.zeros((0, len(self.signals())), np.float32)
         declared = getattr(self.family, "level", None)
         if declared == "record":  # one value, read at every token
             return evaluate_family(self.family, record, len(spans), -1)
         raw = self.family.evaluate(record)
         n = _length(raw)
         words = word_spans(record)
-        level = declared or self._level(record, n, len(words), len(spans))
+        level = declared or (self.decision.level if self.decision is not None else None)
+        if level is None:  # read outside a run: this record's counts alone
+            level = self._level(record, n, len(words), len(spans))
+        counts = {"char": len(record), "word": len(words), "token": len(spans)}
+        if n != counts[_COUNTED.get(level, level)]:
+            raise self._mismatch(record, n, counts, level)
         if level in ("token", "symbol"):
             return evaluate_family(_Given(self.family, raw), record, len(spans), -1)
         values = evaluate_family(
@@ -192,6 +213,73 @@ class AlignedFamily(HypothesisFamily):
             how = self.model.pool[kind_of(sig)]
             cols.append(pool_spans(values[:, k : k + 1], spans, how))
         return np.concatenate(cols, axis=1)
+
+    def _evaluate_tokens(self, record: Any) -> np.ndarray:
+        """A token-id record: the family reads its :class:`.token_records.TokenRecord`."""
+        declared = getattr(self.family, "level", None)
+        if declared in ("char", "word"):
+            raise HypothesisError(
+                f"hypothesis {self.name!r} is {declared}-level, but record {record!r:.40} is "
+                f"token ids: model {self.model.name!r} reads no {declared}s of it. Pass the "
+                "texts as data (tokenizer.batch_decode(ids)), or give one value per token of "
+                "the TokenRecord it gets (record.tokens) and declare level='token'."
+            )
+        tokens = self.model.token_record(record)
+        return evaluate_family(self.family, tokens, self.model.symbols(record), -1)
+
+    def counts(self, record: Any) -> dict[str, int] | None:
+        """``record``'s characters, words and tokens, or None where it has no symbol (a
+        record too long and skipped): what a level's length is compared with."""
+        spans = self.model.offsets(record)
+        if not spans:
+            return None
+        return {"char": len(record), "word": len(word_spans(record)), "token": len(spans)}
+
+    def decide(self, records: list[tuple[int, Any]]) -> levels.LevelDecision:
+        """Decide the family's level once, from the data's first ``(position, record)``s.
+
+        A declared level is obeyed; token-id records have tokens only; otherwise the
+        level is proved from the records whose counts differ
+        (:func:`~..hypothesis.levels.decide`). A decided level is kept for
+        :meth:`evaluate`; an undecided one is a question the caller asks before reading.
+        """
+        declared = getattr(self.family, "level", None)
+        ids = bool(records) and not isinstance(records[0][1], str)
+        if ids and declared in ("char", "word"):  # asked up front, not on the first record
+            decision = levels.LevelDecision(self.name, self.model.name, None, "no characters",
+                                            ("token", "record"), declared=declared)  # fmt: skip
+        elif declared is not None:
+            decision = levels.LevelDecision(self.name, self.model.name, declared, "declared")
+        elif ids:
+            decision = levels.LevelDecision(self.name, self.model.name, "token", "token ids")
+        else:
+            decision = levels.decide(self.name, self.model.name, records, self.counts,
+                                     self._length_at)  # fmt: skip
+        self.decision = decision if decision.decided and declared is None else None
+        return decision
+
+    def _length_at(self, index: int, record: str) -> int:
+        """The number of values the family returns for the record at ``index``."""
+        try:
+            return _length(self.family.evaluate(record))
+        except HypothesisError:
+            raise
+        except Exception as exc:  # as evaluate_family words it, with the record's position
+            raise HypothesisError(f"hypothesis {self.name!r} raised {type(exc).__name__} on "
+                                  f"record {index}: {exc}") from exc  # fmt: skip
+
+    def _mismatch(self, record: str, n: int, counts: dict[str, int], level: str) -> Exception:
+        """A record whose length does not fit the family's level (declared or decided)."""
+        said = f"{counts['char']} characters, {counts['word']} words and {counts['token']} tokens"
+        if self.decision is not None and getattr(self.family, "level", None) is None:
+            why = f"{self.decision.how_text()}: {self.decision.evidence()}"
+        else:
+            why = "declared"
+        return HypothesisError(
+            f"hypothesis {self.name!r} returned {n} values for record {record[:40]!r}, which "
+            f"has {said} of model {self.model.name!r}; its level is {level!r} ({why}), so "
+            f"it must return {counts[_COUNTED.get(level, level)]} values there."
+        )
 
     def _level(self, record: str, n: int, n_words: int, n_tokens: int) -> str:
         """The one level whose count is ``n``; a HypothesisError if none or several are."""
@@ -218,7 +306,9 @@ class AlignedFamily(HypothesisFamily):
         return {"family": self.family.get_params(), "space": self.model.symbol_space}
 
     def fingerprint(self) -> str | None:
-        return wrapped_fingerprint(self.family, f"aligned|{self.model.symbol_space}")
+        # a decided level changes what a record whose counts coincide reads
+        decided = f"|level={self.decision.level}" if self.decision is not None else ""
+        return wrapped_fingerprint(self.family, f"aligned|{self.model.symbol_space}{decided}")
 
     def __repr__(self) -> str:
         return f"<AlignedFamily {self.name!r} -> tokens of {self.model.name!r}>"
@@ -238,7 +328,9 @@ class _Given(HypothesisFamily):
 
 
 def _length(raw: Any) -> int:
+    """Values in ``raw`` (its first signal's, for a mapping); 0 for one value, no sequence."""
     if isinstance(raw, Mapping):
-        first = next(iter(raw.values()), None)
-        return len(first) if first is not None else 0
+        raw = next(iter(raw.values()), None)
+        if raw is None:
+            return 0
     return int(np.shape(raw)[0]) if np.ndim(raw) else 0

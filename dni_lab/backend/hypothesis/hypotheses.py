@@ -77,7 +77,8 @@ class HypothesisFamily:
         One kind for all signals or a ``{signal: kind}`` mapping.
     level : str or None
         What one value stands for, one of :data:`LEVELS`; None leaves it to the
-        model, which reads it only where exactly one level fits the output's length.
+        run, which proves it before reading from records where the levels' counts
+        differ (:mod:`.levels`).
     """
 
     name: str = "family"
@@ -244,8 +245,9 @@ def hypothesis(
     without it; the decorator adds a name, a kind, (for categorical signals) the
     number of categories and the level: what one value stands for, one of
     :data:`LEVELS` (``"char"``, ``"word"``, ``"token"``, ``"symbol"``, ``"record"``).
-    Without a level, a model reads the values at the one level whose count equals
-    their number, and raises when several levels have that count. A value NaN or
+    Without a level, a run decides it once, before reading, from the data's first
+    records whose counts of characters, words and tokens differ (:mod:`.levels`), and
+    asks for ``level=`` up front where they never differ. A value NaN or
     None means "undefined at this symbol": every measure leaves it out.
 
     Examples
