@@ -137,6 +137,7 @@ class MeasureState:
             new |= np.isnan(res.unit_score) & (res.reason != None) & ~self.converged  # noqa: E711
         if new.any():
             self.freeze(res, new, records_read)
+            self.measure.retire(self.accumulator, self.converged)
         if self.measure.joint:
             self.settle_groups(res, eps)
         else:

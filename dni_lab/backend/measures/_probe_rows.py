@@ -38,6 +38,7 @@ class LogRegState:
     defined: torch.Tensor | None = None  # (n, outputs) bool; None while every value is
     n_undef: torch.Tensor | None = None  # (H,) real symbols where h is undefined
     n_seen: int = 0  # symbols read, kept in the sample or not
+    retired: np.ndarray | None = None  # (H,) bool: every pair converged, no more refits
 
 
 

@@ -232,6 +232,15 @@ class Measure:
         ignores it.
         """
 
+    def retire(self, state: Any, converged: np.ndarray) -> None:
+        """Hear which pairs converged, for good, after a convergence check.
+
+        ``converged`` is ``(n_units, n_hyps)``: the engine keeps those pairs' scores as
+        they were when each converged and never reads them from this state again (also
+        when the data ends). A measure whose updates are costly (a probe's refits) may
+        stop refining what only they show; the default ignores it.
+        """
+
     def saturated(self, state: Any) -> str | None:
         """Why reading more records cannot settle this state's open pairs, or None.
 

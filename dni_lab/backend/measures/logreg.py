@@ -50,6 +50,7 @@ from ._probe_error import (
     solve_influence,
 )
 from ._probe_result import probe_scores
+from ._probe_retire import carry_back, live_outputs, restricted, retired_union
 from ._probe_rows import (
     LogRegState,
     append_rows,
@@ -221,6 +222,7 @@ class LogReg(Measure):
             out_hyp=a.out_hyp, scorable=a.scorable, info=a.info, n_records=a.n_records,
             gen=a.gen, damping=a.damping, code=a.code, rec=a.rec, growth=a.growth,
             defined=a.defined, n_undef=add_counts(a.n_undef, b.n_undef),
+            retired=retired_union(a.retired, b.retired),
         )  # fmt: skip
         D = b.defined
         if D is None and a.defined is not None:
@@ -263,6 +265,11 @@ class LogReg(Measure):
             return
         need = float(np.max(worst) / eps) ** 2
         state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
+
+    def retire(self, state: LogRegState, converged: np.ndarray) -> None:
+        """Hypotheses whose every pair converged leave the refits (:mod:`._probe_retire`)."""
+        done = np.asarray(converged).all(0)
+        state.retired = done if state.retired is None else state.retired | done
 
     def saturated(self, state: LogRegState) -> str | None:
         """With ``max_rows``: the sample is full and fitted, with an error estimate.
@@ -353,6 +360,16 @@ class LogReg(Measure):
         return fit, problem
 
     def _fit(self, state: LogRegState, steps: int) -> None:
+        """Refit the hypotheses not retired on every row read, then checkpoint."""
+        live = live_outputs(state)
+        if live is None:
+            self._checkpoint(state, steps)
+            return
+        sub, cols, hyps = restricted(state, live, self.folds)
+        self._checkpoint(sub, steps)
+        carry_back(state, sub, cols, hyps)
+
+    def _checkpoint(self, state: LogRegState, steps: int) -> None:
         """Take up to ``steps`` Newton steps on every row read, then checkpoint the fit.
 
         A checkpoint whose fit stopped short of the tolerance (budget or a Stop) says so
