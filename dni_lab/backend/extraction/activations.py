@@ -9,9 +9,11 @@ per *symbol* (a token of an HF model, without special tokens or padding; a chara
 string record; a pixel of an image map, as the model's layouts say).
 
 A cache holds padded ``(records, symbols, units)`` float32 tensors on the CPU plus each
-record's symbol count (``lengths``); positions past a record's length are 0. With
-``stream=True`` the call yields one cache per block instead, so memory stays bounded by
-one block whatever the data's size.
+record's symbol count (``lengths``); positions past a record's length are 0. Attention
+patterns (``attn.hook_pattern``, ``hook_attn_scores``) are ``(records, heads, tokens,
+tokens)``, TransformerLens's shape, with each record's token count in
+``pattern_lengths`` (:mod:`.activation_passes`). With ``stream=True`` the call yields one
+cache per block instead, so memory stays bounded by one block whatever the data's size.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import torch
 from torch import nn
 
 from ..errors import DNIError, LayerError
+from .activation_passes import Passes, pattern_frame, reached, split_names
 from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
-from .name_filters import expand_names
 
 #: a name and its unit selection: ``"blocks.3.hook_resid_post"`` or ``(name, [0, 5])``
 Name = str | tuple[str, Any]
@@ -51,6 +53,12 @@ class ActivationCache:
         The data position of record 0 (a streamed block's offset; 0 for a whole run).
     metric : torch.Tensor or None
         ``(R,)`` float64: the metric per record when gradients were asked (``grad=``).
+    patterns : list of str
+        The names that are attention patterns: ``cache[name]`` is ``(R, heads, T, T)``
+        over tokens, ``units[name]`` their heads.
+    pattern_lengths : torch.Tensor or None
+        ``(R,)`` int64: each record's token count, the patterns' positions (special tokens
+        included, padding not); None without patterns.
     """
 
     def __init__(
@@ -61,9 +69,13 @@ class ActivationCache:
         units: dict[str, np.ndarray],
         first: int = 0,
         metric: torch.Tensor | None = None,
+        pattern_lengths: torch.Tensor | None = None,
+        patterns: list[str] | None = None,
     ) -> None:
         self._values = values
         self.metric = metric
+        self.patterns = list(patterns or [])
+        self.pattern_lengths = pattern_lengths
         self.lengths = lengths
         self.addresses = addresses
         self.units = units
@@ -98,27 +110,39 @@ class ActivationCache:
         )
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        """``(R, T, U)`` float32, ``T`` the longest record's symbols; 0 past ``lengths``."""
+        """``(R, T, U)`` float32, ``T`` the longest record's symbols; 0 past ``lengths``.
+
+        An attention pattern: ``(R, heads, T, T)``, ``T`` the longest record's tokens; 0
+        past ``pattern_lengths``.
+        """
         key = self._name(name)
         parts = self._values[key]
         if len(parts) > 1:  # blocks differ in length: pad them to the longest, once
-            T = max(p.shape[1] for p in parts)
-            parts[:] = [torch.cat([torch.nn.functional.pad(p, (0, 0, 0, T - p.shape[1]))
-                                   for p in parts])]  # fmt: skip
+            T = max(p.shape[-2] for p in parts)
+            pad = (lambda p: (0, T - p.shape[-1], 0, T - p.shape[-2])) if key in self.patterns \
+                else (lambda p: (0, 0, 0, T - p.shape[1]))  # fmt: skip
+            parts[:] = [torch.cat([torch.nn.functional.pad(p, pad(p)) for p in parts])]
         return parts[0]
 
     def record(self, i: int, name: str) -> torch.Tensor:
-        """Record ``i``'s values of ``name``: ``(symbols, units)``, no padding."""
+        """Record ``i``'s values of ``name``: ``(symbols, units)`` (a pattern: ``(heads,
+        tokens, tokens)``), no padding."""
+        if self._name(name) in self.patterns:
+            n = int(self.pattern_lengths[i])
+            return self[name][i, :, :n, :n]
         return self[name][i, : int(self.lengths[i])]
 
     def frame(self, name: str) -> pl.DataFrame:
         """A long frame of ``name``: ``record``, ``symbol``, ``unit``, ``value``, real symbols only.
 
         ``record`` counts from :attr:`first` (a record's position in the data), ``unit``
-        is the unit's index in its layer.
+        is the unit's index in its layer. An attention pattern's frame has ``record``,
+        ``head``, ``query``, ``key``, ``value`` over each record's tokens.
         """
         key = self._name(name)
         t = self[key]
+        if key in self.patterns:
+            return pattern_frame(t, self.pattern_lengths, self.units[key], self.first)
         _, T, U = t.shape
         real = torch.arange(T)[None, :] < self.lengths[:, None]
         r, s = real.nonzero(as_tuple=True)
@@ -134,10 +158,13 @@ class ActivationCache:
         )
 
     def to_polars(self) -> pl.DataFrame:
-        """Every name's :meth:`frame`, one after another, with a leading ``name`` column."""
-        return pl.concat(
-            [self.frame(n).select(pl.lit(n).alias("name"), pl.all()) for n in self.names]
-        )
+        """Every name's :meth:`frame`, one after another, with a leading ``name`` column.
+
+        With attention patterns, a row has the columns of both kinds, null where its kind
+        has none (a pattern's ``unit``, a unit's ``head``).
+        """
+        frames = [self.frame(n).select(pl.lit(n).alias("name"), pl.all()) for n in self.names]
+        return pl.concat(frames, how="diagonal" if self.patterns else "vertical")
 
     def __repr__(self) -> str:
         shapes = {n: tuple(self[n].shape) for n in self.names}
@@ -154,6 +181,7 @@ def activations(
     device: str | torch.device = "auto",
     stream: bool = False,
     grad: Callable[[list[Any], torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    stop_at_layer: int | None = None,
 ) -> ActivationCache | Iterator[ActivationCache]:
     """Read the activations at ``names`` over ``data``: an :class:`ActivationCache`.
 
@@ -175,7 +203,10 @@ def activations(
         or a callable ``name -> bool`` (TransformerLens's ``names_filter``,
         ``lambda name: name.endswith("hook_z")``) selects among the model's
         TransformerLens hook names (a Hugging Face model's) and its addresses
-        (:mod:`.name_filters`).
+        (:mod:`.name_filters`). On a Hugging Face model, ``blocks.N.attn.hook_pattern``
+        and ``hook_attn_scores`` (alone, or ``(name, heads)``) are attention patterns,
+        ``(records, heads, tokens, tokens)`` (:mod:`.activation_passes`); a filter
+        selects them too.
     block_size : int
         Records per block (per forward pass unless ``forward_batch`` cuts it).
     forward_batch : int, optional
@@ -198,18 +229,27 @@ def activations(
         runs the whole model forward and backward once more per address (``forward_batch``
         does not cut those passes); the parameters' ``.grad`` are left untouched. Feature sets and
         units read from part of a module's output take no gradient.
+    stop_at_layer : int, optional
+        End every forward pass after block ``stop_at_layer`` (0-based, inclusive: block
+        ``k`` runs, block ``k + 1`` does not; TransformerLens's ``stop_at_layer=k + 1``).
+        A name read after that block raises before any pass. Without it a Hugging Face
+        model already stops after the last block a name needs.
 
     Returns
     -------
     ActivationCache or iterator of ActivationCache
         ``cache[name]``: ``(records, symbols, units)`` float32, padded with 0 past
-        ``cache.lengths``; ``cache.frame(name)`` / ``cache.to_polars()``: long frames.
+        ``cache.lengths``; an attention pattern ``(records, heads, tokens, tokens)``, 0 past
+        ``cache.pattern_lengths``; ``cache.frame(name)`` / ``cache.to_polars()``: long frames.
 
     Raises
     ------
     LayerError
-        For a name the model does not have (with the names it does), or a glob or callable
-        that selects none, before any block runs.
+        For a name the model does not have (with the names it does), a glob or callable
+        that selects none, or a name past ``stop_at_layer``, before any block runs.
+    DNIError
+        ``stop_at_layer`` outside the model's blocks, or with ``grad=`` (a gradient needs
+        the model's output).
     TokenIdsError
         Token ids that cannot be records (a 3-D or float tensor, a mask of another shape,
         ids outside the vocabulary), before any block runs.
@@ -224,9 +264,17 @@ def activations(
     from ..engine.resolve import as_records, is_feature_set
     from ..engine.token_ids import check_records
 
-    names = expand_names(model, names, is_feature_set)  # a glob or callable: the names chosen
-    if not names:
+    # a glob or callable: the names chosen; attention patterns are read apart
+    names, patterns, chosen = split_names(model, names, is_feature_set)
+    names, patterns = reached(model, names, patterns, chosen, stop_at_layer)
+    if not names and not patterns:
         raise LayerError("no names given; pass names=['blocks.0.hook_resid_post', ...].")
+    if grad is not None and (patterns or stop_at_layer is not None):
+        raise DNIError(
+            "grad= takes the gradient of a metric of the model's output: it cannot stop at a "
+            "layer (stop_at_layer=) or read attention patterns; make a call without grad= "
+            "for those."
+        )
     if not (isinstance(block_size, int) and block_size > 0):
         raise DNIError(f"block_size must be a positive count, not {block_size!r}.")
     dev = resolve_device(device)
@@ -234,33 +282,36 @@ def activations(
     if isinstance(records, Sequence):
         check_records([model], records)  # ids a model cannot read fail before any block
     blocks = _blocks(records, block_size)
+    how = (names, patterns, stop_at_layer)
     if stream:
-        return _stream(model, blocks, names, dev, forward_batch, grad)
+        return _stream(model, blocks, how, dev, forward_batch, grad)
     with on_device(model, dev):
-        parts = list(_run(model, blocks, names, dev, forward_batch, grad))
+        parts = list(_run(model, blocks, how, dev, forward_batch, grad))
     if not parts:
         raise DNIError("data holds no records; pass at least one record.")
     head = parts[0]
     values = {n: [t for p in parts for t in p._values[n]] for n in head._values}
     lengths = torch.cat([p.lengths for p in parts])
     metric = None if grad is None else torch.cat([p.metric for p in parts])
-    return ActivationCache(values, lengths, head.addresses, head.units, metric=metric)
+    tokens = torch.cat([p.pattern_lengths for p in parts]) if head.patterns else None
+    return ActivationCache(values, lengths, head.addresses, head.units, metric=metric,
+                           pattern_lengths=tokens, patterns=head.patterns)  # fmt: skip
 
 
-def _stream(model, blocks, names, dev, forward_batch, grad) -> Iterator[ActivationCache]:
+def _stream(model, blocks, how, dev, forward_batch, grad) -> Iterator[ActivationCache]:
     """One cache per block; the model on ``dev`` in eval mode only while a block runs."""
     plan = None
     for first, recs in blocks:
         with on_device(model, dev):
-            plan = plan or _plan(model, names, recs, dev, forward_batch, grad)
+            plan = plan or _plan(model, how, recs, dev, forward_batch, grad)
             cache = _block(model, plan, first, recs, dev)
         yield cache
 
 
-def _run(model, blocks, names, dev, forward_batch, grad) -> Iterator[ActivationCache]:
+def _run(model, blocks, how, dev, forward_batch, grad) -> Iterator[ActivationCache]:
     plan = None
     for first, recs in blocks:
-        plan = plan or _plan(model, names, recs, dev, forward_batch, grad)
+        plan = plan or _plan(model, how, recs, dev, forward_batch, grad)
         yield _block(model, plan, first, recs, dev)
 
 
@@ -276,10 +327,15 @@ def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
         first += len(recs)
 
 
-def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_batch, grad):
-    """Names → addresses and unit indices, and the Extractor reading their union."""
+def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad):
+    """Names → addresses and unit indices, the Extractor reading their union, and the
+    :class:`~.activation_passes.Passes` around it (None: the Extractor's pass alone)."""
     from ..engine.resolve import is_feature_set, resolve_units
 
+    names, patterns, stop_at_layer = how
+    if not names:  # patterns alone: no units, no probe pass
+        ex = Extractor(model, {}, "activation", dev, forward_batch=forward_batch)
+        return ex, {}, {}, {}, Passes(model, patterns, {}, stop_at_layer)
     pairs = [(n, "*") if isinstance(n, str) or is_feature_set(n) else tuple(n) for n in names]
     bad = [p for p in pairs if len(p) != 2 or not (isinstance(p[0], str) or is_feature_set(p[0]))]
     if bad:
@@ -307,13 +363,19 @@ def _plan(model: Model, names: Sequence[Name], sample: list[Any], dev, forward_b
                 "read, never written back; ask for the gradient at its hook instead."
             )
         ex = metric_gradients(model, sorted(set(addresses.values())), grad, dev)
-    return ex, addresses, units, cols
+    passes = None
+    if patterns or stop_at_layer is not None:
+        passes = Passes(model, patterns, addresses, stop_at_layer)
+    return ex, addresses, units, cols, passes
 
 
 def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCache:
-    ex, addresses, units, cols = plan
-    metric, grads = None, {}
-    if isinstance(ex, Extractor):
+    ex, addresses, units, cols, passes = plan
+    metric, grads, patterns, tokens = None, {}, {}, None
+    if passes is not None:  # patterns or a stop: the same batches, with hooks around them
+        mask = symbol_mask(model, recs, dev)
+        out, patterns, tokens = passes.block(ex, recs, mask, first)
+    elif isinstance(ex, Extractor):
         mask = symbol_mask(model, recs, dev)
         # the memo is skipped: a cache's tensors are the caller's, to keep or change
         out = ex._batched(recs, mask, first)
@@ -329,8 +391,13 @@ def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCa
             grad_names[f"{name}_grad"] = addr
     lengths = mask.sum(1).cpu().to(torch.int64)
     units = {**units, **{g: units[g[: -len("_grad")]] for g in grad_names}}
+    if patterns:
+        values.update({n: [t] for n, t in patterns.items()})
+        addresses = {**addresses, **{n: t.address for n, t in passes.taps.items()}}
+        units = {**units, **passes.heads}
     cache = ActivationCache(values, lengths, {**addresses, **grad_names}, units, first,
-                            None if metric is None else metric.cpu())  # fmt: skip
+                            None if metric is None else metric.cpu(), tokens,
+                            list(patterns))  # fmt: skip
     return cache
 
 

@@ -233,7 +233,8 @@ def translate_tl(
             "per symbol, so it holds no units to score. Read the heads' outputs "
             f"('blocks.{i}.attn.hook_z', head = unit // head_dim), their queries and keys "
             f"('blocks.{i}.attn.hook_q' / 'hook_k'), or score the pattern against a pair "
-            "hypothesis: model.attention_to(pair) gives one unit per head."
+            "hypothesis: model.attention_to(pair) gives one unit per head. "
+            f"dl.activations(model, data, ['{address}']) returns it as a tensor."
         )
     if hook not in _BLOCK_HOOKS:
         raise LayerError(

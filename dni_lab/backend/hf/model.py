@@ -26,7 +26,7 @@ from torch import nn
 
 from ..errors import DNIError, LayerError, RecordError, did_you_mean
 from ..extraction.models import Model, to_device
-from . import attention, capture, computed, encoding, hooks, names, seq2seq
+from . import attention, capture, computed, encoding, hooks, names, patterns, seq2seq
 from . import token_records as ids_
 from .align import DEFAULT_POOL, POOLS
 from .encoding import RECORD_POOLS
@@ -548,6 +548,10 @@ class HFModel(Model):
             against ``dni_lab.backend.hf.attention.has_target(pair)``.
         """
         return attention.register(self, pair, name, blocks)
+
+    def attention_patterns(self) -> patterns.Patterns:
+        """``attn.hook_pattern`` / ``hook_attn_scores``, read by ``dl.activations``."""
+        return patterns.Patterns(self)
 
     def _head_dim_of(self, address: str) -> int | None:
         tap = self._taps.get(address)

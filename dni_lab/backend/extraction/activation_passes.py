@@ -1,0 +1,406 @@
+"""What ``dl.activations`` adds around the Extractor's pass: attention patterns, ``stop_at_layer``.
+
+* **Attention patterns** (``blocks.N.attn.hook_pattern``, ``hook_attn_scores``) are one
+  value per (head, query, key): no units, so the Extractor does not read them. A model
+  that has them (a Hugging Face one: ``model.attention_patterns()``,
+  :mod:`dni_lab.backend.hf.patterns`) reads them with hooks of its own, in the same
+  forward passes as the units, per record ``(heads, tokens, tokens)``.
+* **``stop_at_layer=k``** ends every forward pass after block ``k``: a forward pre-hook on
+  whatever runs next (block ``k + 1``, or the first module after the blocks) raises
+  :class:`_StopAtLayer`, which a wrapper around the model's ``forward`` catches, so the
+  Extractor gets the values captured so far, as when a Hugging Face model stops early
+  by itself. A name past block ``k`` is refused before any pass (:func:`reached`).
+
+The model is left as found: hooks removed, its ``forward`` and ``stop_early`` put back,
+its attention implementation restored, also after an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from ..errors import DNIError, LayerError
+from .extract import Extractor, _reassemble, as_indices
+from .length_batches import length_batches
+from .name_filters import expand_names, is_glob
+
+
+class _StopAtLayer(Exception):
+    """Raised by the hook after block ``k``; the wrapped ``forward`` returns None."""
+
+
+def split_names(
+    model: Any, names: Any, is_feature_set: Callable[[Any], bool]
+) -> tuple[list[Any], list[tuple[str, Any, Any]], set[str]]:
+    """``names`` as unit names (globs and callables expanded) and attention patterns.
+
+    Parameters
+    ----------
+    model : Model
+        The model; one without ``attention_patterns`` has no pattern names.
+    names : str, sequence or callable
+        What ``dl.activations`` was given.
+    is_feature_set : callable
+        Recognises a feature set (``dl.features``).
+
+    Returns
+    -------
+    units : list
+        Names and ``(name, units)`` pairs the Extractor reads.
+    patterns : list of (name, heads, PatternTap)
+        Each pattern name, its head selection (``"*"``: every head) and where it is read.
+    chosen : set of str
+        The names a glob or callable chose (not named by the caller): a stop leaves out
+        those it never reaches, as TransformerLens's cache lacks hooks that did not run.
+    """
+    one = is_feature_set(names) or isinstance(names, (str, tuple))
+    if not one and callable(names):
+        entries: list[Any] = [names]
+    else:
+        entries = [names] if one else list(names)
+    reader = getattr(model, "attention_patterns", None)
+    pats = reader() if reader is not None else None
+    units: list[Any] = []
+    patterns: list[tuple[str, Any, Any]] = []
+    chosen: set[str] = set()
+    for n in entries:
+        if is_glob(n) or (callable(n) and not is_feature_set(n)):
+            keep = (lambda c, g=n: fnmatch.fnmatchcase(c, g)) if isinstance(n, str) else n
+            picked = [(p, "*", pats.resolve(p)) for p in (pats.names() if pats else []) if keep(p)]
+            more = _others(model, n if callable(n) else [n], is_feature_set, bool(picked))
+            patterns += picked
+            units += more
+            chosen |= {p for p, _h, _t in picked} | {u for u in more if isinstance(u, str)}
+            continue
+        if pats is None:
+            units.append(n)
+            continue
+        head = n[0] if isinstance(n, tuple) and n else n
+        tap = pats.resolve(head) if isinstance(head, str) else None
+        if tap is None:
+            units.append(n)
+        else:
+            patterns.append((head, n[1] if isinstance(n, tuple) and len(n) == 2 else "*", tap))
+    return units, patterns, chosen
+
+
+def reached(
+    model: Any,
+    units: list[Any],
+    patterns: list[tuple[str, Any, Any]],
+    chosen: set[str],
+    stop_at_layer: Any,
+) -> tuple[list[Any], list[tuple[str, Any, Any]]]:
+    """The names a stop after block ``stop_at_layer`` reaches, checked before any pass.
+
+    A name a glob or callable chose (``chosen``) past the stop is left out; a name the
+    caller gave past it raises.
+
+    Raises
+    ------
+    DNIError
+        ``stop_at_layer`` is not a block of the model, or the model has no block list.
+    LayerError
+        A name the caller gave is read after the stop, or the filter chose only such names.
+    """
+    if stop_at_layer is None:
+        return units, patterns
+    blocks = block_paths(model)
+    n = len(blocks)
+    if not blocks:
+        raise DNIError(
+            f"stop_at_layer: model {model.name!r} has no list of blocks to stop in; leave "
+            "stop_at_layer out."
+        )
+    k = stop_at_layer
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= int(k) < n:
+        raise DNIError(
+            f"stop_at_layer must be a block from 0 to {n - 1} (model {model.name!r} has {n} "
+            f"blocks), not {k!r}."
+        )
+    k = int(k)
+
+    def late(name: Any) -> str | None:  # the address of a name read after block k
+        head = name[0] if isinstance(name, tuple) and name else name
+        address = getattr(head, "address", None) or model.resolve_layer(head)
+        b = block_of(model, blocks, address)
+        return address if b is None or b > k else None
+
+    out_units, out_patterns, refused = [], [], []
+    for u in units:
+        addr = late(u)
+        if addr is None:
+            out_units.append(u)
+        elif not (isinstance(u, str) and u in chosen):
+            refused.append((u, addr))
+    for p in patterns:
+        b = block_of(model, blocks, p[2].address)
+        if b is not None and b <= k:
+            out_patterns.append(p)
+        elif p[0] not in chosen:
+            refused.append((p[0], p[2].address))
+    if refused:
+        name, addr = refused[0]
+        raise LayerError(
+            f"{name!r} ({addr}) is read after block {k}, where stop_at_layer={k} ends the "
+            f"forward pass; raise stop_at_layer or leave the name out ({len(refused)} such "
+            f"name{'s' if len(refused) > 1 else ''})."
+        )
+    if not out_units and not out_patterns:
+        raise LayerError(
+            f"the names filter chose names of model {model.name!r} read after block {k} only; "
+            f"stop_at_layer={k} ends the forward pass before them."
+        )
+    return out_units, out_patterns
+
+
+def _others(model: Any, names: Any, is_feature_set: Callable, have_patterns: bool) -> list[Any]:
+    """The unit names a filter selects; none is no error when it selected patterns."""
+    try:
+        return expand_names(model, names, is_feature_set)
+    except LayerError:
+        if have_patterns:
+            return []
+        raise
+
+
+def block_paths(model: Any) -> list[str]:
+    """The module path of each block (an entry of the model's block list), or []."""
+    out = []
+    for p in model.positional_layers():
+        parts = p.split(".")
+        found = None
+        for j in range(len(parts), 0, -1):  # the innermost ancestor held by a ModuleList
+            parent = ".".join(parts[: j - 1])
+            mod = model.module.get_submodule(parent) if parent else model.module
+            if isinstance(mod, nn.ModuleList):
+                found = ".".join(parts[:j])
+                break
+        if found is None:
+            return []
+        out.append(found)
+    return out
+
+
+def block_of(model: Any, blocks: list[str], address: str) -> int | None:
+    """The block ``address`` is read in; -1 before the blocks, None after them.
+
+    An address under block ``i``'s path is in block ``i``; any other is placed by its
+    module's position in ``named_modules()`` (embeddings before the block list, a final
+    norm and a head after it).
+    """
+    for i, b in enumerate(blocks):
+        if address == b or address.startswith(b + "."):
+            return i
+    if not blocks:
+        return None
+    module = model.module
+    order = {id(m): j for j, (_n, m) in enumerate(module.named_modules())}
+    last = module.get_submodule(blocks[-1])
+    end = max(order[id(m)] for m in last.modules())
+    try:
+        at = order.get(id(model._module(address)))
+    except (AttributeError, LayerError):
+        at = None
+    return None if at is None or at > end else -1
+
+
+class Passes:
+    """Attention patterns and a stop after block ``stop``, around the Extractor's passes.
+
+    Parameters
+    ----------
+    model : Model
+        The model.
+    patterns : list of (name, heads, PatternTap)
+        From :func:`split_names`.
+    addresses : dict
+        ``{name: address}`` of the unit names.
+    stop_at_layer : int or None
+        The caller's block to stop after (None: no stop asked), checked by :func:`reached`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        patterns: list[tuple[str, Any, Any]],
+        addresses: dict[str, str],
+        stop_at_layer: int | None,
+    ) -> None:
+        self.model = model
+        self.taps = {name: tap for name, _heads, tap in patterns}
+        heads = model.attention_patterns().heads if patterns else 0
+        self.heads = {name: as_indices(sel, heads, tap.address, model.name)
+                      for name, sel, tap in patterns}  # fmt: skip
+        self.blocks = block_paths(model)  # stop_at_layer was checked (reached)
+        where = {**addresses, **{n: t.address for n, t in self.taps.items()}}
+        needed = [block_of(model, self.blocks, a) for a in where.values()]
+        if stop_at_layer is not None:
+            self.stop: int | None = int(stop_at_layer)
+        elif patterns and needed and all(b is not None for b in needed):
+            self.stop = max(0, *needed)  # as a Hugging Face pass stops by itself: no later block
+        else:
+            self.stop = None
+
+    def _stop_module(self) -> nn.Module | None:
+        """What runs right after block ``stop``: the next block, or the first module after."""
+        module = self.model.module
+        if self.stop + 1 < len(self.blocks):
+            return module.get_submodule(self.blocks[self.stop + 1])
+        last = module.get_submodule(self.blocks[-1])
+        inside = {id(m) for m in last.modules()}
+        after = False
+        for _n, m in module.named_modules():
+            if id(m) in inside:
+                after = True
+            elif after and not any(True for _ in m.children()):
+                return m
+        return None  # nothing runs after the last block: the pass ends by itself
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[list[dict[str, Any]]]:
+        """The hooks for the passes run inside; yields the patterns read, one dict per pass."""
+        model = self.model
+        passes: list[dict[str, Any]] = []
+        with contextlib.ExitStack() as stack:
+            if self.taps:
+                stop_early = model.stop_early
+                # the model's own stop fires once its captured units did: patterns of
+                # later blocks would never run; this pass stops after self.stop instead
+                model.stop_early = False
+                stack.callback(setattr, model, "stop_early", stop_early)
+                reader = model.attention_patterns()
+                taps = list({t.address: t for t in self.taps.values()}.values())
+                passes = stack.enter_context(reader.reading(taps))
+            after = self._stop_module() if self.stop is not None else None
+            if after is not None:
+                stack.callback(after.register_forward_pre_hook(_raise_stop).remove)
+                _wrap_forward(model, stack)
+            yield passes
+
+    def block(
+        self, ex: Extractor, recs: list[Any], mask: torch.Tensor, first: int
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+        """One block's units, patterns and tokens per record, in the Extractor's batches.
+
+        Returns
+        -------
+        units : dict
+            ``{address: (R, T, U)}``, as :meth:`Extractor._batched` gives them.
+        patterns : dict
+            ``{name: (R, heads, T_tokens, T_tokens)}`` float32 on the CPU, 0 past a
+            record's tokens.
+        tokens : torch.Tensor
+            ``(R,)`` int64: each record's token count (the patterns' positions).
+        """
+        n = mask.sum(1)
+        B = ex.forward_batch
+        groups: list[torch.Tensor | None] = (
+            [None] if B is None or len(recs) <= B else list(length_batches(n, B))
+        )
+        parts: dict[str, list[tuple[torch.Tensor, int, Any]]] = {}
+        read: list[tuple[torch.Tensor, dict[str, Any]]] = []
+        all_rows = torch.arange(len(recs))
+        with self.running() as passes:
+            for rows in groups:
+                if rows is None:
+                    sub, sub_mask = recs, mask
+                else:
+                    T = int(n[rows].max())
+                    sub, sub_mask = [recs[i] for i in rows.tolist()], mask[rows.to(mask.device), :T]
+                seen = len(passes)
+                out = ex._extract(sub, sub_mask, first, rows)
+                r = all_rows if rows is None else rows
+                for addr, t in out.items():
+                    parts.setdefault(addr, []).append((r, sub_mask.shape[1], t))
+                read.append((r, passes[seen] if len(passes) > seen else {}))
+        shape = (len(recs), mask.shape[1])
+        whole = groups[0] is None
+        units = {a: p[0][2] if whole else _reassemble(p, shape) for a, p in parts.items()}
+        patterns, tokens = self._patterns(read, len(recs))
+        return units, patterns, tokens
+
+    def _patterns(
+        self, read: list[tuple[torch.Tensor, dict[str, Any]]], R: int
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        tokens = torch.zeros(R, dtype=torch.int64)
+        if not self.taps:
+            return {}, tokens
+        for name, tap in self.taps.items():
+            if any(tap.address not in got for _r, got in read):
+                raise LayerError(
+                    f"{name!r}: the forward pass did not reach {tap.module!r} (the model "
+                    "stopped before it, or does not call it)."
+                )
+        first = next(iter(self.taps.values())).address
+        T = max(int(got[first][1].max()) if len(got[first][1]) else 0 for _r, got in read)
+        for rows, got in read:
+            tokens[rows] = got[first][1]
+        out = {}
+        for name, tap in self.taps.items():
+            heads = torch.as_tensor(self.heads[name])
+            full = torch.zeros(R, len(heads), T, T)
+            for rows, got in read:
+                t = got[tap.address][0][:, heads]
+                full[rows, :, : t.shape[2], : t.shape[3]] = t
+            out[name] = full
+        return out, tokens
+
+
+def _raise_stop(_mod: nn.Module, _args: tuple) -> None:
+    raise _StopAtLayer
+
+
+def _wrap_forward(model: Any, stack: contextlib.ExitStack) -> None:
+    """``model.forward`` returns None where the stop hook ended the pass; put back on exit."""
+    own = vars(model).get("forward")
+    inner = model.forward
+
+    def forward(batch: Any) -> Any:
+        try:
+            return inner(batch)
+        except _StopAtLayer:  # every name was read before block stop + 1
+            return None
+
+    model.forward = forward
+
+    def restore() -> None:
+        if own is None:
+            del model.forward
+        else:
+            model.forward = own
+
+    stack.callback(restore)
+
+
+def pattern_frame(
+    t: torch.Tensor, tokens: torch.Tensor, heads: np.ndarray, first: int
+) -> pl.DataFrame:
+    """A pattern's long frame: ``record``, ``head``, ``query``, ``key``, ``value``.
+
+    Each record's own tokens only (``tokens``: its count); ``record`` counts from
+    ``first``, ``head`` is the head's index in the layer.
+    """
+    _R, H, T, _ = t.shape
+    inside = torch.arange(T)[None, :] < tokens[:, None]  # (R, T)
+    real = inside[:, :, None] & inside[:, None, :]
+    r, q, k = real.nonzero(as_tuple=True)
+    vals = t.permute(0, 2, 3, 1)[r, q, k].numpy()  # (n pairs, H)
+    n = len(r)
+    return pl.DataFrame(
+        {
+            "record": np.repeat(r.numpy() + first, H).astype(np.int64),
+            "head": np.tile(np.asarray(heads), n).astype(np.int64),
+            "query": np.repeat(q.numpy(), H).astype(np.int64),
+            "key": np.repeat(k.numpy(), H).astype(np.int64),
+            "value": vals.reshape(-1).astype(np.float32),
+        }
+    )
