@@ -60,7 +60,7 @@ class TiedTap(nn.Module):
 
 @entry("tied-tap-twice", strings, {
     "shared": Refuse("LayerError", "called twice in one forward pass: which call is read?"),
-    "tap": Refuse("LayerError", "its input comes from a function, not a module: no data flow"),
+    "tap": SEQ,  # after a function: proved by a second probe
     "*": SEQ,
 }, family="structure")  # fmt: skip
 def tied_tap():

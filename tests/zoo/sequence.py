@@ -84,7 +84,7 @@ def _encoder_entry(name: str, batch_first: bool, seed: int) -> None:
         "*out_proj": NOT_RUN,  # MultiheadAttention uses its weight, never calls it
         "encoder": by_kind, "encoder.layers.?": by_kind, "*self_attn": by_kind,
         "*linear?": SEQ, "*norm?": SEQ,  # by kind: refused on a time-first tensor
-        "*.dropout": AFTER_FUNCTION,  # after F.relu: no module produced its input
+        "*.dropout": by_kind,  # after F.relu: proved by a second probe
         "*dropout1": by_kind,  # after self_attn: its reading (data flow)
         "*dropout2": SEQ,  # after linear2
         "embed": SEQ, "head": SEQ,

@@ -22,7 +22,15 @@ from .frames import empty_frame
 from .levels import decide_levels
 from .params import InspectParams
 from .progress import Progress
-from .provenance import RecordsHash, attach, ending, features_sha256, versions, weights_sha256
+from .provenance import (
+    RecordsHash,
+    attach,
+    ending,
+    features_sha256,
+    layouts_record,
+    versions,
+    weights_sha256,
+)
 from .resolve import (
     as_cache,
     as_families,
@@ -130,6 +138,7 @@ class Inspection(BlockFolding):
             "padding_waste": {m: p.waste for m, p in self._padding.items()},
             "skipped_records": dict(self._skipped),
             "levels": [d.row() for d in self._levels],  # how each level was decided
+            "layouts": layouts_record(self.states),  # how each read layer's axes were found
             **ending(
                 self._records_hash.count,
                 self.progress.total_records,

@@ -10,7 +10,9 @@ The record also says how reading ended (:func:`ending`): records read out of the
 total, ``stopped_early`` when every pair settled before the data's end, and
 ``partial`` when a Stop, ``cancel()`` or Ctrl-C ended the run first, and under
 ``levels`` how each hypothesis's level was decided before reading
-(:mod:`.levels`: declared, proved from which records, or the model's own symbols).
+(:mod:`.levels`: declared, proved from which records, or the model's own symbols),
+and under ``layouts`` how each layer read was laid out (:func:`layouts_record`:
+declared, a rule, or proved by a second probe, with what the probes saw).
 """
 
 from __future__ import annotations
@@ -127,6 +129,31 @@ def merge_records(parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         "data_sha256": data.hexdigest(),
         "steps": [{k: v for k, v in p.items() if k != "versions"} for p in parts],
     }
+
+
+def layouts_record(states: Iterable[Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """How the layers a run read were laid out, per model and layer.
+
+    Parameters
+    ----------
+    states : iterable of MeasureState
+        The run's states; each names its model and the layers it reads.
+
+    Returns
+    -------
+    dict
+        ``{model: {layer: {"layout", "how", "evidence"}}}``: ``how`` is ``"declared"``,
+        ``"rule"`` (the module's kind or the data flow), ``"probe"`` (a second probe
+        moved each axis with the records or their length; ``evidence`` says what each
+        pass saw) or ``"model"`` (a model whose capture returns symbols itself).
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for state in states:
+        units = state.model_units
+        report = getattr(units.model, "layout_report", None)
+        if report is not None:  # a layer of latents has no layout of its own
+            out.setdefault(units.model.name, {}).update(report(list(units.layer_units)))
+    return out
 
 
 def versions() -> dict[str, str]:

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import BehaviorError, DNIError, LayerError
 from ..hypothesis.cache import block_key
 from .behavior_memo import model_state
+from .layouts.gathered import gathered_symbols
 from .length_batches import length_batches
 from .models import Model, eval_mode, to_device
 from .sparse_block import SparseBlock
@@ -340,7 +340,7 @@ class Extractor:
         if self.model.reads_layouts:
             counts = mask.sum(1).tolist()  # symbols per record: the mask already counted them
             return self.model.symbol_view(addr, t, records, T, counts)
-        return _as_symbols(t, records, T, addr, self.model)
+        return gathered_symbols(t, records, T, addr, self.model.name, self.model.resize)
 
     def _replay(self, addr: str, mod: nn.RNNBase, x: torch.Tensor, hx: Any) -> torch.Tensor:
         """Recompute stacked layer ``k`` (and its cell state) from the captured input."""
@@ -431,44 +431,6 @@ def _cells(layer: nn.LSTM, x: torch.Tensor, h0: Any) -> torch.Tensor:
         _, state = layer(xt, state)
         cells.append(state[1][0])  # (B, H) for one direction
     return torch.stack(cells, dim=1)
-
-
-def _as_symbols(
-    t: torch.Tensor, records: list[Any], T: int, addr: str, model: Model
-) -> torch.Tensor:
-    """Normalize a layer output to ``(R, T, D)`` with position t = symbol t."""
-    if t.dim() == 4:  # (R, C, h, w) convolutional map: a symbol is a pixel
-        shape = getattr(records[0], "shape", None)
-        if shape is None or len(shape) < 2:
-            raise LayerError(f"layer {addr!r} outputs a 2-D map but the records are not images.")
-        H = int(shape[-2])
-        W = int(shape[-1])
-        if t.shape[-2:] != (H, W):
-            if not model.resize:
-                raise LayerError(
-                    f"layer {addr!r} outputs maps of {tuple(t.shape[-2:])}, the input is {(H, W)}; "
-                    "use Model(..., resize=True) to resize maps to the input."
-                )
-            t = F.interpolate(t.float(), size=(H, W), mode="bilinear", align_corners=False)
-        t = t.flatten(2).transpose(1, 2)
-    elif t.dim() == 2:
-        t = t[:, None, :]
-    elif t.dim() != 3:
-        raise LayerError(
-            f"layer {addr!r} outputs shape {tuple(t.shape)}; dni_lab reads (R, T, D) sequences, "
-            "(R, C, H, W) maps and (R, D) vectors."
-        )
-    if t.shape[0] != len(records):
-        raise LayerError(
-            f"layer {addr!r} returned {t.shape[0]} rows for {len(records)} records; if it is "
-            "time-major, use batch_first or a module that returns (R, T, D)."
-        )
-    if t.shape[1] < T:
-        raise LayerError(
-            f"layer {addr!r} of model {model.name!r} has {t.shape[1]} positions but a record has "
-            f"{T} symbols; make encode() emit one position per symbol or pass Model(symbols=...)."
-        )
-    return t[:, :T]
 
 
 def _input_leaf(model: Model, batch: Any, stack: contextlib.ExitStack) -> tuple[Any, list]:

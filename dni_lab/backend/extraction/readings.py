@@ -3,10 +3,12 @@
 :class:`Readings` is the part of :class:`~.models.Model` that turns what a module
 returns into ``(records, symbols, units)``: one probe forward pass (in eval mode, every
 submodule's flag put back) records what each module returned and was given, the
-:mod:`.layouts` rules give each address a layout or an error that lists its readings,
-and every address is read once on the probe's sample so that what cannot be read fails
-before any block. A subclass whose capture already returns symbols (Hugging Face
-models) sets ``reads_layouts = False`` and keeps the widths probe only.
+:mod:`.layouts` rules give each address a layout, a second probe proves the ones they
+leave ambiguous (:mod:`.layouts.proof`; what it cannot prove is asked in one error that
+lists every such address), and every address is read once on the probe's sample so
+that what cannot be read fails before any block. A subclass whose capture already
+returns symbols (Hugging Face models) sets ``reads_layouts = False`` and keeps the
+widths probe only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 
 from ..errors import LayerError, did_you_mean
 from .layouts import (
+    Inferred,
     Layout,
     Seen,
     first_input,
@@ -28,6 +31,7 @@ from .layouts import (
     infer_layouts,
     kind_layout,
 )
+from .layouts.proof import Pass, Proof, ask, prove, second_pass, signature
 from .module_names import layer_modules
 
 
@@ -81,7 +85,8 @@ class Readings:
             for addr, mod in modules.items():
                 hook = _see(seen, addr, self.layouts.get(addr), calls)
                 stack.callback(mod.register_forward_hook(hook, with_kwargs=True).remove)
-            self.forward(to_device(self.encode(sample), device))
+            batch = self.encode(sample)
+            self.forward(to_device(batch, device))
         unknown = sorted(set(self.layouts) - set(self.addresses) - set(modules))
         if unknown:
             raise LayerError(
@@ -92,6 +97,10 @@ class Readings:
         found = infer_layouts(modules, seen, self.layouts, self.own_layout, self.name,
                               self.frames, self.reduce)
         self._read, self._unreadable = found.layouts, {**found.errors, **refused}
+        self._proofs = {a: Proof(a, lay, "declared" if a in self.layouts else "rule")
+                        for a, lay in found.layouts.items()}
+        shared = {a for a, n in calls.items() if n > 1}  # refused below whatever they read as
+        self._prove(found, seen, modules, sample, batch, device, shared)
         for addr, n in calls.items():
             if n > 1:  # which call's output would a symbol's value be?
                 self._read.pop(addr, None)
@@ -103,10 +112,66 @@ class Readings:
                 )
         widths = self._replay_widths()
         self._read.update(dict.fromkeys(widths, Layout("n s u")))  # replays: batch first
+        self._proofs.update({a: Proof(a, Layout("n s u"), "rule") for a in widths})
         self._shapes = {a: s.out.shape for a, s in seen.items() if a in self._read}
         self._try_reads(seen, sample)
         widths.update(self._widths_of(self.addresses, widths))
         return widths
+
+    def _prove(self, found: Inferred, seen: Mapping[str, Seen], modules: Mapping[str, nn.Module],
+               sample: list[Any], batch: Any, device: torch.device, shared: set[str]) -> None:
+        """Prove the layouts the rules left ambiguous with one more probe pass; every
+        address that no probe settles gets one error asking them all, each with its
+        readings, what the probes saw and the ``layouts=`` entry that settles it."""
+        todo = {a: note for a, note in found.ambiguous.items()
+                if a in found.errors and a not in shared}
+        if not todo or self.frames:  # a frame's batch axis is no record count to move
+            return
+        counts = [int(self.symbols(r)) for r in sample]
+        first = Pass(len(sample), max(counts), {a: tuple(seen[a].out.shape) for a in todo})
+
+        def run(records: list[Any]) -> None:
+            with torch.inference_mode(), eval_mode(self.module):
+                self.forward(to_device(self.encode(records), device))
+
+        key = (signature(batch), tuple(counts), tuple(sorted(todo)))
+        second = second_pass(self.module, key, sample, self.symbols,
+                             {a: modules[a] for a in todo}, run)
+        asked, listed = [], set(self.addresses)
+        for a in todo:
+            proof = self._proofs[a] = prove(a, first, second, self.prefix, self.padded)
+            if proof.layout is not None:
+                self._read[a] = proof.layout
+                self._unreadable.pop(a, None)
+            elif a in listed:
+                asked.append(proof)
+        if asked:
+            kinds = {a: type(modules[a]).__name__ for a in todo}
+            message = ask(self.name, asked, kinds, todo)
+            self._unreadable.update(dict.fromkeys((p.address for p in asked), message))
+
+    def layout_report(self, addresses: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """How each of ``addresses`` is read: its layout, and whether it was declared,
+        fixed by a rule (module kind, data flow), proved by the second probe or asked.
+
+        Parameters
+        ----------
+        addresses : sequence of str
+            Probed addresses (:meth:`layer_widths` ran).
+
+        Returns
+        -------
+        dict
+            ``{address: {"layout", "how", "evidence"}}``, as provenance's ``layouts``.
+        """
+        proofs = getattr(self, "_proofs", {})
+        out = {}
+        for a in addresses:
+            if not self.reads_layouts:
+                out[a] = {"layout": None, "how": "model", "evidence": "the model's own capture"}
+            elif a in proofs:
+                out[a] = proofs[a].row()
+        return out
 
     def _widths_of(self, addresses: Sequence[str], known: Mapping[str, int]) -> dict[str, int]:
         """Widths of probed addresses with a layout (a Sequential named after the probe too)."""

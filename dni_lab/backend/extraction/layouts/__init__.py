@@ -3,7 +3,9 @@
 :mod:`.spec` holds :class:`Layout` (one letter per axis, reading a view and writing
 forced values back into the same axes); :mod:`.kinds` the layouts that module kinds
 fix; :mod:`.infer` the rules that give every other address a layout or an error that
-lists its readings.
+lists its readings; :mod:`.proof` the second probe that proves what those rules leave
+open (the axis that moves with the records, the one that moves with their length) and
+the one question that asks what it cannot prove.
 """
 
 from .frames import Frames

@@ -14,15 +14,17 @@ tensor it was given. An address then gets, in this order:
 5. ``"n u"`` for a 2-D output (one vector per record), ``"n"`` for a 1-D one.
 
 Anything else has more than one reading: the address records an error that lists
-them and the declaration that picks one, raised when a caller names the address,
-before any data are read. Sizes never decide a reading: a 3-D output is never
-taken as (records, symbols, units) because its middle axis matches a count.
+them and the declaration that picks one, and is left to :mod:`.proof` (a second probe
+whose records move one axis at a time) in :attr:`Inferred.ambiguous`; what no probe
+settles is raised when a caller names the address, before any data are read. Sizes
+never decide a reading: a 3-D output is never taken as (records, symbols, units)
+because its middle axis matches a count in one pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -47,6 +49,9 @@ class Inferred:
 
     layouts: dict[str, Layout]
     errors: dict[str, str]
+    #: addresses with more than one reading (each also in ``errors``), with the note on
+    #: why the data flow did not settle it: what a second probe may still prove
+    ambiguous: dict[str, str] = field(default_factory=dict)
 
 
 def infer_layouts(
@@ -80,6 +85,7 @@ def infer_layouts(
         producer.setdefault(id(s.out), addr)
     layouts: dict[str, Layout] = {}
     errors: dict[str, str] = {}
+    ambiguous: dict[str, str] = {}
     busy: set[str] = set()
 
     def find(addr: str) -> Layout | None:
@@ -137,6 +143,7 @@ def infer_layouts(
             return ruled("n u"), ""
         if ndim == 1:
             return ruled("n"), ""
+        ambiguous[addr] = note
         options = ", ".join(repr(r) for r in readings(ndim))
         example = readings(ndim)[0]
         return None, (
@@ -151,7 +158,7 @@ def infer_layouts(
     for addr in seen:
         if addr in modules:
             find(addr)
-    return Inferred(layouts, errors)
+    return Inferred(layouts, errors, ambiguous)
 
 
 def _distinct_roles(layout: Layout, shape: torch.Size) -> bool:
