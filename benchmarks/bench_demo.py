@@ -64,7 +64,9 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
     dict
         ``wall_s`` (start to exit), ``load_s`` (model trained or loaded),
         ``inspection_s``, ``windows``, ``records_read`` and ``probe_records_read`` (the
-        most any row, and any ``logreg`` row, read; from the score frame).
+        most any row, and any probe row, read; from the score frame), ``converged``
+        (the share of all pairs) and, per measure, the share converged and the share
+        settled before the data ended.
     """
     import polars as pl
 
@@ -82,8 +84,15 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
             raise RuntimeError(f"dni-lab demo failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
         frame = pl.read_parquet(out)
         read = int(frame["n_records"].max())
-        probe = frame.filter(pl.col("measure") == "logreg")["n_records"]
+        probe = frame.filter(pl.col("measure").is_in(["lda", "logreg"]))["n_records"]
         probe_read = int(probe.max()) if probe.len() else None
+        shares = frame.group_by("measure").agg(
+            pl.col("converged").mean().alias("share"),
+            (pl.col("converged") & (pl.col("n_records") < read)).mean().alias("early"),
+        )
+        converged = {r["measure"]: r["share"] for r in shares.iter_rows(named=True)}
+        early = {r["measure"]: r["early"] for r in shares.iter_rows(named=True)}
+        share_all = float(frame["converged"].mean())
     text = proc.stdout
 
     def number(pattern: str) -> float | None:
@@ -96,7 +105,10 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
         "inspection_s": number(r"inspection: ([\d.]+) s"),
         "windows": number(r"data: ([\d,]+) windows"),
         "records_read": read,
-        "probe_records_read": probe_read,  # where the probe's full sample stopped it
+        "probe_records_read": probe_read,  # the most any probe row read
+        "converged": share_all,  # share of all pairs converged
+        "converged_by_measure": converged,
+        "settled_early_by_measure": early,  # converged before the data ended
     }
 
 
@@ -138,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
         res[f"{name}_s"] = statistics.median(walls)
         res[f"{name}_min_s"], res[f"{name}_max_s"] = min(walls), max(walls)
     res["busy_ratio"] = res["busy_s"] / res["alone_s"]
-    for key in ("records_read", "windows", "probe_records_read"):
+    for key in ("records_read", "windows", "probe_records_read", "converged",
+                "converged_by_measure", "settled_early_by_measure"):
         res[key] = alone[0][key]
     probe = res["probe_records_read"]
     print(f"alone: min {res['alone_min_s']:.1f} s, median {res['alone_s']:.1f} s, max "
@@ -149,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"(target <= {TARGETS['alone_s']:.0f} s), {res['busy_s']:.1f} s beside {args.busy} "
           f"busy loops: {res['busy_ratio']:.2f}x (target <= {TARGETS['busy_ratio']}x); read "
           f"{res['records_read']:,} of {res['windows']:,.0f} windows"
-          + (f", the probe {probe:,}" if probe is not None else ""))  # fmt: skip
+          + (f", the probe {probe:,}" if probe is not None else "")
+          + f"; {res['converged']:.1%} of all pairs converged")  # fmt: skip
     if args.from_nothing:
         store = tempfile.mkdtemp(prefix="dni_models_")
         try:

@@ -138,8 +138,12 @@ def _models() -> dict[str, Source]:
 
 
 FIGURES: dict[str, Source] = {
-    # docs/quickstart.md: where the demo's probe stopped reading
-    "demo.probe_records_read": Result("demo", "probe_records_read", "{:,}"),
+    # docs/quickstart.md: what the demo read and how much of its frame converged
+    "demo.records_read": Result("demo", "records_read", "{:,}"),
+    "demo.windows": Result("demo", "windows", "{:,.0f}"),
+    "demo.converged": Result("demo", "converged", "{:.1%}"),
+    "demo.lda_early": Result("demo", "settled_early_by_measure.lda", "{:.0%}"),
+    "demo.corr_early": Result("demo", "settled_early_by_measure.corr", "{:.0%}"),
     # docs/benchmarks.md: the demo alone and beside two busy loops (issue 34, target 5)
     **{f"demo.{k}": Result("demo", k, F1) for k in
        ("alone_s", "alone_min_s", "alone_max_s", "busy_s", "busy_min_s", "busy_max_s")},

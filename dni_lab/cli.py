@@ -42,7 +42,8 @@ def demo(args: argparse.Namespace) -> int:
         eps=args.eps,
         on_block=lambda insp: print(_progress_line(insp.progress), flush=True),
     )
-    print(f"inspection: {time.perf_counter() - t1:.1f} s, {frame.height} scores\n")
+    print(f"inspection: {time.perf_counter() - t1:.1f} s, {frame.height} scores; "
+          f"{_converged_line(frame)}\n")  # fmt: skip
     _print_top(frame, args.top)
     out = dl.export(
         frame, args.out, {"measures": args.measures, "eps": args.eps, "probe_rows": args.probe_rows}
@@ -51,19 +52,37 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _converged_line(frame: pl.DataFrame) -> str:
+    """Per measure: the share of its pairs converged, and how many settled early."""
+    end = int(frame["n_records"].max()) if frame.height else 0
+    parts = []
+    for (m,), rows in frame.group_by("measure", maintain_order=True):
+        early = int((rows["converged"] & (rows["n_records"] < end)).sum())
+        parts.append(f"{m} {rows['converged'].mean():.1%} converged ({early:,} of "
+                     f"{rows.height:,} before the data ended)")  # fmt: skip
+    return "; ".join(parts)
+
+
 def _measures(names: list[str], probe_rows: int | None) -> list:
     """The demo's measures; ``logreg`` on a uniform sample of ``probe_rows`` symbols if set.
 
-    A converged probe over 128 units and 157 hypotheses (785 fold models) on every one
-    of the demo's 450,000 symbols takes minutes on two cores; the demo says so and
-    fits a sample unless ``--probe-rows all`` asks for every symbol. Once the sample is
-    full and fitted with an error estimate, the probe stops reading (``LogReg.saturated``).
+    The default probe is ``lda``, the closed-form probe (one pass of co-moments per
+    block, ridge LDA per fold): its rows converge within the demo's seconds. The L1
+    logistic probe (``--measures corr logreg``) fits every symbol it reads and stops
+    when its scores settled, each checkpoint refitting only the hypotheses with a pair
+    still open (``Measure.retire``): on the demo's 157 hypotheses its rare ones need
+    every record, so it reads to the end and takes minutes on two cores.
+    ``--probe-rows n`` fits it on a uniform sample of ``n`` symbols instead: faster,
+    but its pairs then settle only where the sample's error is within eps.
     """
     from dni_lab.backend.measures.logreg import LogReg
 
+    if "lda" in names:
+        print("probe: lda, the closed-form probe (--measures corr logreg: the L1 logistic "
+              "probe, minutes on two cores)")  # fmt: skip
     if "logreg" in names and probe_rows is not None:
-        print(f"logreg: fitted on a uniform sample of {probe_rows:,} symbols, read until it is "
-              "full (--probe-rows all: every symbol, minutes longer)")  # fmt: skip
+        print(f"logreg: fitted on a uniform sample of {probe_rows:,} symbols, read until "
+              "it is full; its scores are the sample's (--probe-rows all: every one)")
     return [LogReg(max_rows=probe_rows) if m == "logreg" else m for m in names]
 
 
@@ -108,16 +127,20 @@ def _print_top(frame: pl.DataFrame, k: int) -> None:
             )
             print(f"Top {k} units per hypothesis by |corr| (15 best hypotheses):")
             print(top)
-        if "logreg" in frame["measure"].unique().to_list():
+        for name in ("lda", "logreg"):
+            if name not in frame["measure"].unique().to_list():
+                continue
             probe = (
-                frame.filter(pl.col("measure") == "logreg", pl.col("group_score").is_not_null())
+                frame.filter(pl.col("measure") == name, pl.col("group_score").is_not_null())
                 .sort(pl.col("unit_score").abs(), descending=True)
                 .group_by("hid", maintain_order=True)
                 .agg(pl.col("group_score").first().round(3).alias("F1"), pl.col("unit").head(k))
                 .sort("F1", descending=True)
                 .head(15)
             )
-            print(f"\nL1 probe over all units: cross-validated F1 and its top {k} units:")
+            what = "LDA probe" if name == "lda" else "L1 logistic probe"
+            print(f"\n{what} over all units: cross-validated F1 and its {k} units of largest "
+                  "|loading| (correlation with the probe's output):")  # fmt: skip
             print(probe)
 
 
@@ -134,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--hidden", type=int, default=128)
     d.add_argument("--queries", type=int, default=None, help="held-out queries to cut into windows")
     d.add_argument("--eps", type=float, default=0.025)
-    d.add_argument("--measures", nargs="+", default=["corr", "logreg"])
+    d.add_argument("--measures", nargs="+", default=["corr", "lda"],
+                   help="corr, lda (the closed-form probe), logreg (the L1 logistic probe), ...")
     d.add_argument(
         "--probe-rows",
         type=_probe_rows,
-        default=20_000,
-        help="symbols logreg fits (a uniform sample; 'all' for every symbol read)",
+        default=None,
+        help="symbols logreg fits: 'all' (the default) every symbol read, or a count for "
+        "a uniform sample of that many (faster; its scores are the sample's)",
     )
     d.add_argument("--top", type=int, default=3)
     d.add_argument("--out", type=Path, default=Path("dni_demo_scores.parquet"))

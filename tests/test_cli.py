@@ -34,3 +34,28 @@ def test_demo_probe_rows_option(capsys):
         with pytest.raises(SystemExit):
             main(["demo", "--quick", "--probe-rows", bad])
         assert "--probe-rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("queries", "measures"), [("60", []), ("20", ["--measures", "corr", "logreg"])],
+    ids=["lda", "logreg"],
+)  # fmt: skip
+def test_the_demo_frame_converges_with_its_probe(tmp_path, capsys, queries, measures):
+    """The main job's frame (quick mode): corr and a probe, the default closed-form lda
+    or the uncapped L1 logistic probe, every pair converged (null ones with their reason),
+    the probe's pairs included. At this size the probe reads to the end (its pairs are
+    full-data values); corr's pairs settle before it, which is what could go wrong."""
+    out = tmp_path / "scores.parquet"
+    assert main(["demo", "--quick", "--queries", queries, "--out", str(out), *measures]) == 0
+    printed = capsys.readouterr().out
+    assert "uniform sample" not in printed  # no cap by default
+    frame = pl.read_parquet(out)
+    probe = "logreg" if measures else "lda"
+    assert set(frame["measure"]) == {"corr", probe}
+    share = frame.group_by("measure").agg(pl.col("converged").mean()).sort("measure")
+    assert (share["converged"] >= 0.95).all(), share
+    assert f"{probe} " in printed.split("inspection:")[1].split("\n")[0]  # the converged line
+    windows = int(frame["n_records"].max())
+    early = frame.filter(pl.col("converged") & (pl.col("n_records") < windows))
+    assert early.height > 0, "nothing settled before the data ended"
+    assert dl.read_params(out)["probe_rows"] is None

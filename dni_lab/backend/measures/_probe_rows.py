@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._newton import Problem
 from ._probe_error import Checkpoint
 from .base import HypothesisInfo
 
@@ -138,3 +139,42 @@ def class_index(out_hyp: np.ndarray) -> np.ndarray:
 def is_categorical(out_hyp: np.ndarray) -> np.ndarray:
     counts = np.bincount(out_hyp) if len(out_hyp) else np.zeros(0, dtype=int)
     return counts[out_hyp] > 1
+
+
+def design(state: LogRegState) -> torch.Tensor:
+    """Standardized units plus an intercept column (never penalized)."""
+    X = state.X
+    mu = X.mean(0)
+    sd = X.std(0, unbiased=False)
+    Xs = (X - mu) / torch.where(sd > 1e-8, sd, torch.ones_like(sd))
+    return torch.cat([torch.ones(len(X), 1, device=X.device), Xs], dim=1)
+
+
+def fold_problem(state: LogRegState, Xs: torch.Tensor, folds: int, C: float) -> Problem:
+    """The merged probe's problem: one column per (fold, output), fold-major.
+
+    Column ``(f, o)`` trains on the rows of the other folds where output ``o`` is
+    defined, each row weighing ``1 / rows``, with the L1 strength ``1 / (C * rows)``
+    (scikit-learn's ``C`` on the summed loss).
+    """
+    k, n_out = folds, len(state.out_hyp)
+    train = (state.fold[:, None] != torch.arange(k, device=Xs.device)[None, :]).float()
+    if state.defined is None:
+        n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
+        w_row = (train / n_f).T.repeat_interleave(n_out, dim=0)
+        lam = (1.0 / (C * n_f)).repeat_interleave(n_out)
+    else:  # column (fold, output) trains on its fold's rows where the output is defined
+        w = train[:, :, None] * state.defined[:, None, :].float()  # (n, k, outputs)
+        n_fo = w.sum(0).clamp_min(1)  # (k, outputs)
+        w_row = (w / n_fo).permute(1, 2, 0).reshape(k * n_out, -1)
+        lam = (1.0 / (C * n_fo)).reshape(-1)
+    return Problem(
+        X=Xs,
+        Y=state.Y.T.repeat(k, 1),
+        w_row=w_row,
+        lam=lam,
+        col_out=torch.arange(n_out, device=Xs.device).repeat(k),
+        col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
+        row_fold=state.fold,
+        outputs=n_out,
+    )

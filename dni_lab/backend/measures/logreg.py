@@ -35,7 +35,7 @@ import torch
 from ..errors import MeasureError
 from . import _column_pool
 from ._common import add_counts, count_undefined
-from ._newton import Problem, Stopped, hessians, initial_weights
+from ._newton import Stopped, hessians, initial_weights
 from ._probe_error import (
     Checkpoint,
     coef_and_se,
@@ -56,6 +56,8 @@ from ._probe_rows import (
     append_rows,
     class_index,
     class_records,
+    design,
+    fold_problem,
     is_categorical,
     per_hyp_all,
     record_codes,
@@ -323,36 +325,11 @@ class LogReg(Measure):
         return torch.where(cat, (vals.round() == cls).float(), (vals > 0.5).float())
 
     def _design(self, state: LogRegState) -> torch.Tensor:
-        """Standardized units plus an intercept column (never penalized)."""
-        X = state.X
-        mu = X.mean(0)
-        sd = X.std(0, unbiased=False)
-        Xs = (X - mu) / torch.where(sd > 1e-8, sd, torch.ones_like(sd))
-        return torch.cat([torch.ones(len(X), 1, device=X.device), Xs], dim=1)
+        return design(state)
 
     def _solve(self, state, Xs, W0, steps: int, cold: bool):
         """Newton steps on every (fold, output) column; ``cold`` starts from base rates."""
-        k, n_out = self.folds, len(state.out_hyp)
-        train = (state.fold[:, None] != torch.arange(k, device=Xs.device)[None, :]).float()
-        if state.defined is None:
-            n_f = train.sum(0).clamp_min(1)  # rows each fold trains on
-            w_row = (train / n_f).T.repeat_interleave(n_out, dim=0)
-            lam = (1.0 / (self.C * n_f)).repeat_interleave(n_out)
-        else:  # column (fold, output) trains on its fold's rows where the output is defined
-            w = train[:, :, None] * state.defined[:, None, :].float()  # (n, k, outputs)
-            n_fo = w.sum(0).clamp_min(1)  # (k, outputs)
-            w_row = (w / n_fo).permute(1, 2, 0).reshape(k * n_out, -1)
-            lam = (1.0 / (self.C * n_fo)).reshape(-1)
-        problem = Problem(
-            X=Xs,
-            Y=state.Y.T.repeat(k, 1),
-            w_row=w_row,
-            lam=lam,
-            col_out=torch.arange(n_out, device=Xs.device).repeat(k),
-            col_fold=torch.arange(k, device=Xs.device).repeat_interleave(n_out),
-            row_fold=state.fold,
-            outputs=n_out,
-        )
+        problem = fold_problem(state, Xs, self.folds, self.C)
         W0 = initial_weights(problem) if cold else W0
         workers = torch.get_num_threads() if self.workers is None else self.workers
         fit = _column_pool.solve(problem, W0, steps, self.tol, self.hessian_rows, state.damping,
