@@ -44,7 +44,8 @@ def test_the_demo_frame_converges_with_its_probe(tmp_path, capsys, queries, meas
     """The main job's frame (quick mode): corr and a probe, the default closed-form lda
     or the uncapped L1 logistic probe, every pair converged (null ones with their reason),
     the probe's pairs included. At this size the probe reads to the end (its pairs are
-    full-data values); corr's pairs settle before it, which is what could go wrong."""
+    full-data values); with two blocks or more, corr's pairs settle before it, which is
+    what could go wrong (the logistic probe's case is one block: seconds, not minutes)."""
     out = tmp_path / "scores.parquet"
     assert main(["demo", "--quick", "--queries", queries, "--out", str(out), *measures]) == 0
     printed = capsys.readouterr().out
@@ -57,5 +58,6 @@ def test_the_demo_frame_converges_with_its_probe(tmp_path, capsys, queries, meas
     assert f"{probe} " in printed.split("inspection:")[1].split("\n")[0]  # the converged line
     windows = int(frame["n_records"].max())
     early = frame.filter(pl.col("converged") & (pl.col("n_records") < windows))
-    assert early.height > 0, "nothing settled before the data ended"
+    if windows > 512:  # more than one block of the demo's default size
+        assert early.height > 0, "nothing settled before the data ended"
     assert dl.read_params(out)["probe_rows"] is None
