@@ -9,6 +9,7 @@ that refits everything, within the solver's tolerance.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from conftest import CharLM, encode_chars, paren, random_records
 from test_logreg_coverage import N_UNITS, _padded, planted
@@ -65,9 +66,13 @@ def test_retired_hypotheses_leave_the_refits_and_the_others_do_not_move(monkeypa
     assert part.checks[-1].f1[1] != part.checks[1].f1[1]  # the open ones were refitted
 
 
-def test_an_inspection_with_retirement_keeps_every_converged_score():
+@pytest.mark.parametrize("probe", ["logreg", "lda"])
+def test_an_inspection_with_retirement_keeps_every_converged_score(probe):
     """Through the engine: pairs converge, their hypotheses retire, reading goes on for
     the others; each row converged in both equals the run without retirement."""
+    from dni_lab.backend.measures.lda import LDA
+
+    base = LogReg if probe == "logreg" else LDA
 
     @dl.hypothesis
     def vowel(r):
@@ -79,12 +84,12 @@ def test_an_inspection_with_retirement_keeps_every_converged_score():
     kw = dict(units=[("lstm", "*")], eps=0.1, block_size=150, cache=False)
     calls: list[np.ndarray] = []
 
-    class Watched(LogReg):
+    class Watched(base):
         def retire(self, state, converged):
             calls.append(converged.all(0))
             super().retire(state, converged)
 
-    class NoRetire(LogReg):
+    class NoRetire(base):
         def retire(self, state, converged):
             pass
 
@@ -96,3 +101,32 @@ def test_an_inspection_with_retirement_keeps_every_converged_score():
     for col in ("unit_score", "group_score"):
         diff = np.abs(a[col].to_numpy() - b[col].to_numpy())[both]
         assert np.nanmax(diff) < 5e-3, (col, np.nanmax(diff))
+
+
+def test_lda_retires_too_and_its_open_hypotheses_are_exactly_the_same():
+    """The closed-form probe's checkpoints skip retired hypotheses; its fits are per
+    output from shared moments, so the open ones' scores equal a full checkpoint's."""
+    from dni_lab.backend.measures.lda import LDA
+
+    wl = planted(seed=4)
+    U, H, mask = _padded(wl, 800)
+    info = [HypothesisInfo(h, "binary") for h in wl.signals]
+    runs = []
+    for retire in (False, True):
+        m = LDA(checkpoint_growth=1.0)
+        s = m.start(N_UNITS, 3, info=info)
+        s.stopping = True  # checkpoints at every block, as after a first convergence check
+        for b in range(4):
+            if retire and b == 2:
+                converged = np.zeros((N_UNITS, 3), dtype=bool)
+                converged[:, 2] = True  # "weak" settled
+                m.retire(s, converged)
+            sl = slice(b * 200, (b + 1) * 200)
+            s = m.update(s, U[sl], H[sl], mask[sl])
+        runs.append((s, m.peek(s)))
+    (full, a), (part, b) = runs
+    assert [c.n_records for c in part.checks] == [200, 400, 600, 800]
+    np.testing.assert_allclose(b.group_score[:, :2], a.group_score[:, :2], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.unit_score[:, :2], a.unit_score[:, :2], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.err[:, :2], a.err[:, :2], rtol=0, atol=1e-12)
+    assert part.checks[-1].f1[2] == part.checks[1].f1[2] != full.checks[-1].f1[2]

@@ -188,3 +188,36 @@ def test_inspect_end_to_end_stops_early_within_eps():
     assert (abs(e["unit_score"] - f["unit_score"]) <= 0.05).all()
     assert f.filter(pl.col("n_records") == n_rec).height == f.height
     assert (f["group_score"] > 0.8).all()
+
+
+@pytest.mark.parametrize("with_defined", [False, True])
+@pytest.mark.parametrize("rule", ["accuracy", "f1"])
+def test_thresholds_match_a_per_fold_histogram_by_hand(rule, with_defined):
+    """Each fold's threshold maximises the rule over the other folds' held-out logits,
+    binned; the int32 in-place histogram equals numpy's, row by row."""
+    from dni_lab.backend.measures._lda_fit import thresholds
+
+    g = torch.Generator().manual_seed(3)
+    n, O, k, bins, span = 3000, 4, 5, 64, 8.0
+    z = torch.randn(n, O, generator=g) * 4
+    y = (torch.rand(n, O, generator=g) < torch.sigmoid(z)) & (torch.rand(n, O, generator=g) < 0.5)
+    folds = torch.randint(0, k, (n,), generator=g)
+    defined = torch.rand(n, O, generator=g) < 0.9 if with_defined else None
+    pred = thresholds(z, y, folds, defined, k, rule, bins, span).numpy()
+    b = np.clip(((np.clip(z.numpy(), -span, span) + span) * (bins / (2 * span))).astype(int),
+                0, bins - 1)  # fmt: skip
+    w = np.ones((n, O)) if defined is None else defined.numpy().astype(float)
+    hist = np.zeros((k, O, 2, bins))
+    for o in range(O):
+        np.add.at(hist, (folds.numpy(), o, y.numpy()[:, o].astype(int), b[:, o]), w[:, o])
+    other = hist.sum(0, keepdims=True) - hist
+    above = np.concatenate([np.cumsum(other[..., ::-1], -1)[..., ::-1],
+                            np.zeros(other.shape[:-1] + (1,))], -1)  # fmt: skip
+    tp, fp = above[:, :, 1], above[:, :, 0]
+    pos, neg = other[:, :, 1].sum(-1, keepdims=True), other[:, :, 0].sum(-1, keepdims=True)
+    score = tp + (neg - fp) if rule == "accuracy" else 2 * tp / np.maximum(tp + fp + pos, 1e-300)
+    near = -np.abs(np.arange(bins + 1) - bins // 2) * 1e-12
+    score = score / np.maximum(np.abs(score).max(-1, keepdims=True), 1e-300) + near
+    edge = score.argmax(-1)
+    assert pred.dtype == bool and pred.shape == (n, O)
+    assert np.array_equal(pred, b >= edge[folds.numpy()])

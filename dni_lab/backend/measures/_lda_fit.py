@@ -219,11 +219,17 @@ def thresholds(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, defined: t
     if rule == "gaussian":
         return z > 0
     O = z.shape[1]
-    b = ((z.clamp(-span, span) + span) * (bins / (2 * span))).long().clamp(0, bins - 1)
-    wt = torch.ones_like(z, dtype=F64) if defined is None else defined.to(F64)
-    idx = ((folds[:, None] * O + torch.arange(O, device=z.device)) * 2 + y.long()) * bins + b
-    hist = torch.zeros(k * O * 2 * bins, dtype=F64, device=z.device)
-    hist.index_add_(0, idx.reshape(-1), wt.reshape(-1))
+    b = ((z.clamp(-span, span) + span) * (bins / (2 * span))).to(torch.int32).clamp_(0, bins - 1)
+    # the histogram slot of each (row, output), built in place in int32 (k·O·2·bins is far
+    # below 2**31): rows × outputs int64 temporaries made this pass memory-bound, ~4x slower
+    idx = y.to(torch.int32).mul_(bins).add_(b)
+    idx.add_((folds.to(torch.int32) * (O * 2 * bins))[:, None])
+    idx.add_((torch.arange(O, dtype=torch.int32, device=z.device) * (2 * bins))[None, :])
+    size = k * O * 2 * bins
+    if defined is None:
+        hist = torch.bincount(idx.view(-1), minlength=size).to(F64)
+    else:
+        hist = torch.bincount(idx.view(-1), weights=defined.reshape(-1).to(F64), minlength=size)
     hist = hist.view(k, O, 2, bins)
     other = hist.sum(0, keepdim=True) - hist  # (k, O, 2, bins)
     # predicted positive where bin >= e, for e in 0..bins: counts at or above each edge

@@ -16,6 +16,7 @@ hypotheses' new scores, the retired ones keeping theirs.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,8 +24,11 @@ import torch
 from ._probe_error import Checkpoint
 from ._probe_rows import LogRegState
 
+if TYPE_CHECKING:
+    from .lda import LDAState
 
-def live_outputs(state: LogRegState) -> np.ndarray | None:
+
+def live_outputs(state: LogRegState | LDAState) -> np.ndarray | None:
     """``(outputs,)`` bool: outputs of hypotheses not retired; None while none is."""
     if state.retired is None or not state.retired.any():
         return None
@@ -79,11 +83,19 @@ def carry_back(state: LogRegState, sub: LogRegState, cols: torch.Tensor, hyps: n
         if state.damping is None:
             state.damping = torch.full((state.W.shape[1],), 1e-2, device=state.W.device)
         state.damping[cols] = sub.damping
-    if not sub.checks:
-        return
-    new = sub.checks[-1]
-    n_units, n_h = state.X.shape[1], len(state.scorable)
-    prev = state.checks[-1] if state.checks else None
+    if sub.checks:
+        state.checks.append(extend_checkpoint(
+            state.checks[-1] if state.checks else None, sub.checks[-1], hyps,
+            state.n_records, state.X.shape[1], len(state.scorable)))  # fmt: skip
+
+
+def extend_checkpoint(
+    prev: Checkpoint | None, new: Checkpoint, hyps: np.ndarray, n_records: int, n_units: int,
+    n_h: int,
+) -> Checkpoint:  # fmt: skip
+    """The whole probe's checkpoint: the open hypotheses ``hyps`` from ``new`` (a fit of
+    them alone), the retired ones from ``prev`` (the engine shows their converged
+    scores, not these; they only keep the arrays whole)."""
 
     def whole(name: str, shape: tuple[int, ...], fill) -> np.ndarray | None:
         part = getattr(new, name)
@@ -94,17 +106,15 @@ def carry_back(state: LogRegState, sub: LogRegState, cols: torch.Tensor, hyps: n
         out[..., hyps] = part
         return out
 
-    state.checks.append(
-        Checkpoint(
-            n_records=state.n_records,
-            f1=whole("f1", (n_h,), np.nan),
-            f1_se=whole("f1_se", (n_h,), np.nan),
-            coef=whole("coef", (n_units, n_h), np.nan),
-            coef_se=whole("coef_se", (n_units, n_h), np.nan),
-            done=whole("done", (n_h,), True),
-            folds=new.folds,
-            groups=new.groups,
-            coef_ij=whole("coef_ij", (n_units, n_h), np.nan),
-            enough=whole("enough", (n_h,), True),
-        )
+    return Checkpoint(
+        n_records=n_records,
+        f1=whole("f1", (n_h,), np.nan),
+        f1_se=whole("f1_se", (n_h,), np.nan),
+        coef=whole("coef", (n_units, n_h), np.nan),
+        coef_se=whole("coef_se", (n_units, n_h), np.nan),
+        done=whole("done", (n_h,), True),
+        folds=new.folds,
+        groups=new.groups,
+        coef_ij=whole("coef_ij", (n_units, n_h), np.nan),
+        enough=whole("enough", (n_h,), True),
     )

@@ -39,7 +39,7 @@ and its F1); a run without NaN pays nothing for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -48,6 +48,7 @@ from ..errors import MeasureError
 from . import _lda_fit as lf
 from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
 from ._probe_error import Checkpoint, confusion_by_group, error, f1_and_se, pick_per_unit
+from ._probe_retire import extend_checkpoint, live_outputs, retired_union
 from .base import HypothesisInfo, Measure, MeasureResult
 from .logreg import LogReg, _per_hyp_all, class_records, record_codes, record_groups
 
@@ -70,6 +71,7 @@ class LDAState:
     checks: list[Checkpoint] = field(default_factory=list)
     stopping: bool = False  # a convergence check ran: checkpoints follow the reading
     growth: float | None = None
+    retired: np.ndarray | None = None  # (H,) bool: every pair converged, no more checkpoints
 
 
 class LDA(Measure):
@@ -177,7 +179,7 @@ class LDA(Measure):
             folds=a.folds.combine(b.folds.to(a.X.device)), X=a.X, Y=a.Y, fold=a.fold,
             code=a.code, rec=a.rec, out_hyp=a.out_hyp, info=a.info, defined=a.defined,
             n_undef=add_counts(a.n_undef, b.n_undef), stopping=a.stopping or b.stopping,
-            growth=a.growth,
+            growth=a.growth, retired=retired_union(a.retired, b.retired),
         )  # fmt: skip
         # b's records were read after a's: numbered on from a's, as one process numbers them
         _append(out, b.X, b.Y, b.fold, b.code, b.rec + a.n_records, b.defined)
@@ -196,6 +198,12 @@ class LDA(Measure):
         if len(state.X) and (not state.checks or state.checks[-1].n_records != state.n_records):
             self._checkpoint(state)
         return self.peek(state, confidence)
+
+    def retire(self, state: LDAState, converged: np.ndarray) -> None:
+        """Hypotheses whose every pair converged leave the checkpoints: their held-out
+        predictions, thresholds and jackknife cost rows times outputs at each one."""
+        done = np.asarray(converged).all(0)
+        state.retired = done if state.retired is None else state.retired | done
 
     def plan(self, state: LDAState, current: MeasureResult, eps: float, open_) -> None:
         """Start checkpoints, spaced by how far the open groups' F1 errors are from eps."""
@@ -225,6 +233,27 @@ class LDA(Measure):
         return f
 
     def _checkpoint(self, state: LDAState) -> None:
+        """Checkpoint the hypotheses not retired (all of them while none is)."""
+        live = live_outputs(state)
+        if live is None:
+            self._checkpoint_all(state)
+            return
+        outs = torch.as_tensor(np.flatnonzero(live), dtype=torch.long, device=state.Y.device)
+        hyps, sub_hyp = np.unique(state.out_hyp[live], return_inverse=True)
+        g = state.folds
+        sub = replace(
+            state, folds=lf.Gram(g.n, g.mean_u, g.mean_y[..., outs], g.cuu, g.cuy[..., outs]),
+            Y=state.Y[:, outs], out_hyp=sub_hyp.astype(np.int64),
+            info=[state.info[j] for j in hyps], checks=[], retired=None,
+            defined=None if state.defined is None else state.defined[:, outs],
+        )  # fmt: skip
+        self._checkpoint_all(sub)
+        if sub.checks:
+            state.checks.append(extend_checkpoint(
+                state.checks[-1] if state.checks else None, sub.checks[-1], hyps,
+                state.n_records, state.X.shape[1], len(state.info)))  # fmt: skip
+
+    def _checkpoint_all(self, state: LDAState) -> None:
         k, G, n_h = self.folds, self.groups, len(state.info)
         if len(state.out_hyp) == 0:
             return
