@@ -212,7 +212,7 @@ def test_thresholds_match_a_per_fold_histogram_by_hand(rule, with_defined):
         np.add.at(hist, (folds.numpy(), o, y.numpy()[:, o].astype(int), b[:, o]), w[:, o])
     other = hist.sum(0, keepdims=True) - hist
     above = np.concatenate([np.cumsum(other[..., ::-1], -1)[..., ::-1],
-                            np.zeros(other.shape[:-1] + (1,))], -1)  # fmt: skip
+                            np.zeros((*other.shape[:-1], 1))], -1)  # fmt: skip
     tp, fp = above[:, :, 1], above[:, :, 0]
     pos, neg = other[:, :, 1].sum(-1, keepdims=True), other[:, :, 0].sum(-1, keepdims=True)
     score = tp + (neg - fp) if rule == "accuracy" else 2 * tp / np.maximum(tp + fp + pos, 1e-300)
