@@ -16,7 +16,7 @@ hypotheses' new scores, the retired ones keeping theirs.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -24,11 +24,15 @@ import torch
 from ._probe_error import Checkpoint
 from ._probe_rows import LogRegState
 
-if TYPE_CHECKING:
-    from .lda import LDAState
+
+class _Retiring(Protocol):
+    """A probe state that can retire hypotheses (``logreg``'s and ``lda``'s)."""
+
+    out_hyp: np.ndarray
+    retired: np.ndarray | None
 
 
-def live_outputs(state: LogRegState | LDAState) -> np.ndarray | None:
+def live_outputs(state: _Retiring) -> np.ndarray | None:
     """``(outputs,)`` bool: outputs of hypotheses not retired; None while none is."""
     if state.retired is None or not state.retired.any():
         return None
