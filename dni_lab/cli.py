@@ -1,4 +1,5 @@
-"""``dni-lab``: the terminal entry point. ``dni-lab demo`` is the README's main job."""
+"""``dni-lab``: the terminal entry point. ``dni-lab demo`` is the README's main job;
+``dni-lab probe fit|apply|report`` keeps a linear probe (:mod:`dni_lab.probe.cli`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from dni_lab.backend.engine.inspection import Progress
+from dni_lab.probe import cli as probe_cli
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -168,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     d.add_argument("--top", type=int, default=3)
     d.add_argument("--out", type=Path, default=Path("dni_demo_scores.parquet"))
+    probe_cli.add_parser(sub)  # dni-lab probe fit|apply|report: all of it in probe/cli.py
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        return probe_cli.run(args)
     if args.command == "demo":
         if args.queries is None:
             args.queries = 150 if args.quick else 1200

@@ -6,8 +6,9 @@ reads (a layer's activations per symbol, labels from a hypothesis or given),
 (safetensors + JSON sidecar), ``frames.py`` a probe from a ``logreg`` score frame,
 ``metrics.py`` the reported statistics as pure functions (AUROC, recall at FPR,
 calibration, F1, record bootstrap) and ``evaluation.py`` ``Probe.report`` and
-``Probe.nulls`` (control task per symbol type, random directions, an untrained copy).
-See ``docs/api/probe.md``.
+``Probe.nulls`` (control task per symbol type, random directions, an untrained copy),
+``transfer.py`` ``Probe.transfer`` (another layer or model of the probe's width, the drop
+in AUROC) and ``cli.py`` ``dni-lab probe fit|apply|report``. See ``docs/api/probe.md``.
 """
 
 from .estimator import Probe

@@ -25,6 +25,7 @@ from ..backend.hypothesis.hypotheses import as_family
 from . import evaluation, frames, metrics, solver, storage
 from .frames import score_frame
 from .reading import Reading, as_model, binary_targets, check_width, model_sha256, read
+from .transfer import transfer as transfer_probe
 
 POOLS = ("mean", "max", "last")
 
@@ -460,6 +461,39 @@ class Probe:
             self, model, records, hypothesis, labels=labels, train=train,
             train_labels=train_labels, untrained=untrained, n_controls=n_controls,
             n_directions=n_directions, seed=seed, allow_other_model=allow_other_model,
+        )  # fmt: skip
+
+    def transfer(
+        self,
+        model: Any,
+        records: Iterable[Any],
+        hypothesis: Any = None,
+        *,
+        labels: Sequence[Any] | None = None,
+        layer: str | None = None,
+        source: Any = None,
+        n_boot: int = 1000,
+        seed: int | None = 0,
+        level: float = 0.95,
+    ) -> pl.DataFrame:
+        """The probe on another tap: ``layer`` of ``model`` (default: the probe's layer).
+
+        Scores held-out ``records`` (labels as in :meth:`score`) at the probe's own tap and
+        at the new one, and records the transfer in ``transfers_``. The new tap is another
+        layer of the model the probe is bound to, or another model (pass the bound one as
+        ``source=``); a layer of another width is refused, naming both widths.
+
+        Returns
+        -------
+        pl.DataFrame
+            ``name, model, layer, value, lo, hi, se``: ``auroc_original``,
+            ``auroc_transfer`` and ``auroc_drop`` (original less transfer), each with a
+            paired percentile bootstrap interval over records (``n_boot``, ``seed``,
+            ``level``) and the replicates' deviation ``se``.
+        """
+        return transfer_probe(
+            self, model, records, hypothesis, labels=labels, layer=layer, source=source,
+            n_boot=n_boot, seed=seed, level=level,
         )  # fmt: skip
 
     # -- from a frame, to and from a file ----------------------------------------------

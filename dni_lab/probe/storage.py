@@ -84,6 +84,16 @@ def require_same_model(probe: Any, model: Any, where: str) -> str:
     return digest
 
 
+def transfer_entry(bound: dict[str, Any], to: dict[str, Any], **details: Any) -> dict[str, Any]:
+    """One entry of ``probe.transfers_``: the model (and layer) it left and the one it met.
+
+    ``bound`` and ``to`` hold ``name`` and ``weights_sha256`` (and ``layer`` where a layer
+    changed); :func:`require_same_model` accepts every ``to`` model afterwards. ``details``
+    say how (the sidecar loaded, or ``Probe.transfer``'s records and AUROCs).
+    """
+    return {"from": dict(bound), "to": dict(to), **details}
+
+
 def save(probe: Any, path: str | Path) -> Path:
     """Write ``probe`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the weights file."""
     if not hasattr(probe, "coef_"):
@@ -161,11 +171,9 @@ def load(cls: type, path: str | Path, *, model: Any, allow_other_model: bool = F
                 f"({here[:16]}…). Pass the model it was fitted on, or allow_other_model=True "
                 "to apply it to this one (a transfer, recorded in probe.transfers_)."
             )
-        transfer = {
-            "from": dict(bound),
-            "to": {"name": model.name, "weights_sha256": here},
-            "file": str(sidecar),
-        }
+        transfer = transfer_entry(
+            bound, {"name": model.name, "weights_sha256": here}, file=str(sidecar)
+        )
     probe = cls(**record["params"])
     probe.coef_ = t["coef"].numpy()[None, :]
     probe.intercept_ = t["intercept"].numpy()
@@ -177,6 +185,16 @@ def load(cls: type, path: str | Path, *, model: Any, allow_other_model: bool = F
     probe.model_name_, probe.model_sha256_ = bound["name"], bound["weights_sha256"]
     probe.transfers_ = list(record.get("transfers") or []) + ([transfer] if transfer else [])
     return probe
+
+
+def read_sidecar(path: str | Path) -> dict[str, Any]:
+    """The sidecar of ``path`` (either file, or their stem), checked as :func:`load` checks it.
+
+    What a caller needs before it has the model (the CLI: which model to build); the
+    weights file and the model are checked only by :func:`load`.
+    """
+    weights, sidecar = paths(path)
+    return _read_sidecar(sidecar, weights)
 
 
 def _read_sidecar(sidecar: Path, weights: Path) -> dict[str, Any]:
