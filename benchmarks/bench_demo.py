@@ -103,7 +103,7 @@ def run_demo(quick: bool, models: str | None = None) -> dict:
         "wall_s": wall,
         "load_s": number(r"\(([\d.]+) s to train or load\)"),
         "inspection_s": number(r"inspection: ([\d.]+) s"),
-        "windows": number(r"data: ([\d,]+) windows"),
+        "windows": int(number(r"data: ([\d,]+) windows") or 0),
         "records_read": read,
         "probe_records_read": probe_read,  # the most any probe row read
         "converged": share_all,  # share of all pairs converged

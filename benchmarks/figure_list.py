@@ -140,7 +140,7 @@ def _models() -> dict[str, Source]:
 FIGURES: dict[str, Source] = {
     # docs/quickstart.md: what the demo read and how much of its frame converged
     "demo.records_read": Result("demo", "records_read", "{:,}"),
-    "demo.windows": Result("demo", "windows", "{:,.0f}"),
+    "demo.windows": Result("demo", "windows", "{:,}"),
     "demo.converged": Result("demo", "converged", "{:.1%}"),
     "demo.lda_early": Result("demo", "settled_early_by_measure.lda", "{:.0%}"),
     "demo.corr_early": Result("demo", "settled_early_by_measure.corr", "{:.0%}"),
