@@ -17,11 +17,13 @@ def probe_scores(
     group_err: np.ndarray | None,
     name: str,
     kinds: tuple[str, ...],
+    null_unit: str | None = None,
 ) -> MeasureResult:
     """A probe state's scores at ``check`` (None: not fitted yet), with the reason of
     every null: nothing read, a kind ``name`` cannot fit, a category fitted by its
-    parent, a constant hypothesis, no fit yet."""
-    n_units, n_h = state.X.shape[1], len(state.scorable)
+    parent, a constant hypothesis, no fit yet, and (``null_unit``) a unit score the
+    fit left null. ``state`` is ``logreg``'s or ``lda``'s (both keep their rows)."""
+    n_units, n_h = state.X.shape[1], len(state.info)
     shape = (n_units, n_h)
     unit = check.coef if check is not None else np.full(shape, np.nan)
     group = np.broadcast_to(check.f1 if check is not None else np.full(n_h, np.nan), shape)
@@ -46,6 +48,8 @@ def probe_scores(
         set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
     if check is None and len(state.X):
         set_reason(reason, True, "no score yet")
+    if null_unit is not None:
+        set_reason(reason, np.isnan(unit), null_unit)
     ok = reason == None  # noqa: E711
     unit = np.where(ok, unit, np.nan)
     group = np.where(ok, group, np.nan)

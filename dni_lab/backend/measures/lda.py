@@ -46,8 +46,9 @@ import torch
 
 from ..errors import MeasureError
 from . import _lda_fit as lf
-from ._common import add_counts, count_undefined, kind_reasons, new_reasons, set_reason
+from ._common import add_counts, count_undefined
 from ._probe_error import Checkpoint, confusion_by_group, error, f1_and_se, pick_per_unit
+from ._probe_result import probe_scores
 from ._probe_retire import extend_checkpoint, live_outputs, retired_union
 from .base import HypothesisInfo, Measure, MeasureResult
 from .logreg import LogReg, _per_hyp_all, class_records, record_codes, record_groups
@@ -281,36 +282,8 @@ class LDA(Measure):
 
     def _scores(self, state: LDAState, check: Checkpoint | None, err: np.ndarray | None,
                 group_err: np.ndarray | None = None) -> MeasureResult:  # fmt: skip
-        n_units, n_h = state.X.shape[1], len(state.info)
-        shape = (n_units, n_h)
-        unit = check.coef if check is not None else np.full(shape, np.nan)
-        group = np.broadcast_to(check.f1 if check is not None else np.full(n_h, np.nan), shape)
-        reason = new_reasons(n_units, n_h)
-        if len(state.X) == 0:
-            set_reason(reason, True, "no symbols read")
-        kind_reasons(reason, self.name, state.info, self.kinds)
-        for j, i in enumerate(state.info):
-            if i.parent is not None:
-                why = f"lda fits each category of {i.parent!r} itself: see its rows"
-                set_reason(reason, (np.arange(n_h) == j)[None, :], why)
-        if len(state.out_hyp) and len(state.X):
-            d = torch.ones_like(state.Y) if state.defined is None else state.defined.float()
-            frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
-            const = np.zeros(n_h, dtype=bool)
-            for j in np.unique(state.out_hyp):
-                top = frac[state.out_hyp == j].max()
-                const[j] = top <= 0 or top >= 1
-            set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
-        if check is None and len(state.X):
-            set_reason(reason, True, "no score yet")
-        set_reason(reason, np.isnan(unit), "unit is constant over the symbols read")
-        ok = reason == None  # noqa: E711
-        err = np.full(shape, np.nan) if err is None else err
-        group_err = np.full(n_h, np.nan) if group_err is None else group_err
-        und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
-        unit, group = np.where(ok, unit, np.nan), np.where(ok, group, np.nan)
-        return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape),
-                             n_undefined=und)  # fmt: skip
+        return probe_scores(state, check, err, group_err, self.name, self.kinds,
+                            null_unit="unit is constant over the symbols read")  # fmt: skip
 
 
 def _complement(g: lf.Gram, models: bool) -> lf.Gram:
