@@ -28,7 +28,10 @@ from ._probe_rows import LogRegState
 class _Retiring(Protocol):
     """A probe state that can retire hypotheses (``logreg``'s and ``lda``'s)."""
 
+    Y: torch.Tensor
     out_hyp: np.ndarray
+    info: list
+    defined: torch.Tensor | None
     retired: np.ndarray | None
 
 
@@ -46,32 +49,44 @@ def retired_union(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | No
     return a | b
 
 
+def output_subset(
+    state: _Retiring, live: np.ndarray
+) -> tuple[dict, np.ndarray, torch.Tensor, np.ndarray]:
+    """What any probe state of the outputs ``live`` alone replaces, and their indices.
+
+    Returns the replaced fields (targets, definedness, hypotheses renumbered
+    ``0..len(hyps) - 1``, no checkpoints, nothing retired), the outputs as an array and
+    a tensor, and the hypotheses they belong to. Rows are shared, not copied.
+    """
+    outs = np.flatnonzero(live)
+    hyps, sub_hyp = np.unique(state.out_hyp[outs], return_inverse=True)
+    outs_t = torch.as_tensor(outs, dtype=torch.long, device=state.Y.device)
+    fields = {
+        "Y": state.Y[:, outs_t],
+        "out_hyp": sub_hyp.astype(np.int64),
+        "info": [state.info[j] for j in hyps] if state.info else [],
+        "checks": [],
+        "defined": None if state.defined is None else state.defined[:, outs_t],
+        "retired": None,
+    }
+    return fields, outs, outs_t, hyps
+
+
 def restricted(
     state: LogRegState, live: np.ndarray, folds: int
 ) -> tuple[LogRegState, torch.Tensor, np.ndarray]:
-    """The state of the outputs ``live`` alone, its weight columns and hypotheses.
+    """``logreg``'s state of the outputs ``live`` alone, its weight columns and hypotheses.
 
     Columns are fold-major (column ``f * outputs + o``), as :meth:`LogReg._solve` lays
-    them out; the sub-state's hypotheses are renumbered ``0..len(hyps) - 1``.
+    them out.
     """
-    n_out = len(state.out_hyp)
-    outs = np.flatnonzero(live)
-    hyps, sub_hyp = np.unique(state.out_hyp[outs], return_inverse=True)
-    cols = (np.arange(folds)[:, None] * n_out + outs[None, :]).ravel()
+    fields, outs, _, hyps = output_subset(state, live)
+    cols = (np.arange(folds)[:, None] * len(state.out_hyp) + outs[None, :]).ravel()
     cols_t = torch.as_tensor(cols, dtype=torch.long, device=state.W.device)
-    outs_t = torch.as_tensor(outs, dtype=torch.long, device=state.Y.device)
     sub = replace(
-        state,
-        Y=state.Y[:, outs_t],
-        W=state.W[:, cols_t],
-        out_hyp=sub_hyp.astype(np.int64),
-        scorable=state.scorable[hyps],
-        info=[state.info[j] for j in hyps] if state.info else [],
-        checks=[],
-        damping=None if state.damping is None else state.damping[cols_t],
-        defined=None if state.defined is None else state.defined[:, outs_t],
-        retired=None,
-    )
+        state, W=state.W[:, cols_t], scorable=state.scorable[hyps],
+        damping=None if state.damping is None else state.damping[cols_t], **fields,
+    )  # fmt: skip
     return sub, cols_t, hyps
 
 

@@ -49,9 +49,10 @@ from . import _lda_fit as lf
 from ._common import add_counts, count_undefined
 from ._probe_error import Checkpoint, confusion_by_group, error, f1_and_se, pick_per_unit
 from ._probe_result import probe_scores
-from ._probe_retire import extend_checkpoint, live_outputs, retired_union
+from ._probe_retire import extend_checkpoint, live_outputs, output_subset, retired_union
+from ._probe_rows import class_records, per_hyp_all, record_codes, record_groups
 from .base import HypothesisInfo, Measure, MeasureResult
-from .logreg import LogReg, _per_hyp_all, class_records, record_codes, record_groups
+from .logreg import LogReg
 
 _RULES = ("accuracy", "f1", "gaussian")
 
@@ -239,14 +240,11 @@ class LDA(Measure):
         if live is None:
             self._checkpoint_all(state)
             return
-        outs = torch.as_tensor(np.flatnonzero(live), dtype=torch.long, device=state.Y.device)
-        hyps, sub_hyp = np.unique(state.out_hyp[live], return_inverse=True)
+        fields, _, outs, hyps = output_subset(state, live)
         g = state.folds
         sub = replace(
             state, folds=lf.Gram(g.n, g.mean_u, g.mean_y[..., outs], g.cuu, g.cuy[..., outs]),
-            Y=state.Y[:, outs], out_hyp=sub_hyp.astype(np.int64),
-            info=[state.info[j] for j in hyps], checks=[], retired=None,
-            defined=None if state.defined is None else state.defined[:, outs],
+            **fields,
         )  # fmt: skip
         self._checkpoint_all(sub)
         if sub.checks:
@@ -275,7 +273,7 @@ class LDA(Measure):
         with np.errstate(invalid="ignore"):
             se = np.sqrt((G - 1) / G * ((loo - loo.mean(0)) ** 2).sum(0))
         load, load_se = pick_per_unit(fit.loading[k].cpu().numpy(), se, state.out_hyp, n_h)
-        enough = _per_hyp_all(class_records(state) >= self.min_class_records, state, n_h)
+        enough = per_hyp_all(class_records(state) >= self.min_class_records, state, n_h)
         done = np.ones(n_h, dtype=bool)  # closed form: every fit is at its optimum
         state.checks.append(Checkpoint(state.n_records, f1, f1_se, load, np.zeros_like(load),
                                        done, k, G, load_se, enough))  # fmt: skip
