@@ -27,6 +27,7 @@ import torch
 
 from ..backend.engine.provenance import versions
 from ..backend.errors import DNIError
+from ..features.formats.saelens import read_json
 from ..features.formats.saelens import safetensors as _safetensors
 from .reading import as_model, model_sha256
 
@@ -203,13 +204,7 @@ def _read_sidecar(sidecar: Path, weights: Path) -> dict[str, Any]:
             f"no sidecar {sidecar} beside {weights.name}; a probe is the pair of "
             "files Probe.save wrote: copy both."
         )
-    try:
-        record = json.loads(sidecar.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DNIError(
-            f"{sidecar.name} is not valid JSON ({exc}); the file is truncated or "
-            "was edited. Copy it again from where the probe was saved."
-        ) from None
+    record = read_json(sidecar, "probe")
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise DNIError(
             f"{sidecar.name} is not a dni_lab probe sidecar (no format "

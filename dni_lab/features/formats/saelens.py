@@ -55,15 +55,22 @@ class Config(dict):
         return Config(self, self.source, self.file)
 
 
+def read_json(file: Path, what: str, source: str | None = None) -> Any:
+    """The JSON in ``file``, or a :class:`DNIError` naming it and where to copy it from
+    (``what`` was saved there: a feature set, a probe); ``source`` prefixes the message."""
+    try:
+        return json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"{source}: " if source else ""
+        raise DNIError(
+            f"{where}{file.name} is not valid JSON ({exc}); the file is truncated or was "
+            f"edited by hand. Copy it again from where the {what} was saved."
+        ) from None
+
+
 def read_config(file: Path, source: str) -> Config:
     """The JSON object in ``file``, or a :class:`DNIError` naming it (not JSON, not an object)."""
-    try:
-        data = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DNIError(
-            f"{source}: {file.name} is not valid JSON ({exc}); the file is truncated or was "
-            "edited by hand. Copy it again from where the feature set was saved."
-        ) from None
+    data = read_json(file, "feature set", source)
     if not isinstance(data, dict):
         raise DNIError(f"{source}: {file.name} holds a JSON {type(data).__name__}, not an object.")
     return Config(data, source, file.name)
