@@ -35,6 +35,7 @@ from .backend.errors import (
 from .backend.extraction.activations import ActivationCache, activations
 from .backend.extraction.layouts import Frames, Layout
 from .backend.extraction.models import Model
+from .backend.hf.generation import Generation, generate
 from .backend.hf.token_records import TokenRecord
 from .backend.hypothesis.cache import HypothesisCache
 from .backend.hypothesis.hypotheses import (
@@ -46,6 +47,7 @@ from .backend.hypothesis.hypotheses import (
 from .backend.measures import Measure, MeasureResult, get_measure
 from .backend.query import Catalog, QueryError, query
 from .probe import Probe
+from .probe.steering import steering_report, steering_vector
 
 __all__ = [
     "ActivationCache",
@@ -54,6 +56,7 @@ __all__ = [
     "Catalog",
     "DNIError",
     "Frames",
+    "Generation",
     "Hypothesis",
     "HypothesisCache",
     "HypothesisError",
@@ -78,6 +81,7 @@ __all__ = [
     "examples",
     "export",
     "features",
+    "generate",
     "get_measure",
     "hypothesis",
     "hypothesis_family",
@@ -85,6 +89,8 @@ __all__ = [
     "provenance",
     "query",
     "read_params",
+    "steering_report",
+    "steering_vector",
     "verify",
 ]
 
