@@ -24,11 +24,18 @@ from torch import nn
 
 @dataclass(frozen=True)
 class Read:
-    """An expected reading: ``layout`` letters, ``reduce`` for ``r`` axes, ``output`` pick."""
+    """An expected reading: ``layout`` letters, ``reduce`` for ``r`` axes, ``output`` pick.
+
+    ``prefix`` overrides the model's for this module (a vision transformer's patch
+    embedding has none); ``grid`` reads a 2-D map at its own size (its pixels are the
+    patches), never resized to the image.
+    """
 
     layout: str
     reduce: str | None = None
     output: int | str | None = None
+    prefix: int | None = None
+    grid: bool = False
 
 
 @dataclass(frozen=True)

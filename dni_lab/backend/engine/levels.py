@@ -20,6 +20,7 @@ import polars as pl
 
 from ..hypothesis.hypotheses import as_family
 from ..hypothesis.levels import SCAN, LevelDecision, ask
+from .declarations import layout_rows
 from .folding import _Space, _symbol_spaces
 from .provenance import attach
 from .resolve import as_models
@@ -38,7 +39,7 @@ SCHEMA = {
 
 
 def decide_levels(
-    spaces: Mapping[str, _Space], sample: Sequence[Any], first: int = 0
+    spaces: Mapping[str, _Space], sample: Sequence[Any], first: int = 0, ask_now: bool = True
 ) -> list[LevelDecision]:
     """Each family's level in each symbol space, from ``sample`` (the data's first records).
 
@@ -53,6 +54,9 @@ def decide_levels(
         looked at, and only those whose counts differ are read.
     first : int
         The position of ``sample[0]`` in the data, for the messages.
+    ask_now : bool
+        Raise the ``LevelError`` here; False leaves the questions in the decisions, for
+        :func:`.declarations.ask_declarations` to ask with the layouts in one error.
 
     Returns
     -------
@@ -65,7 +69,8 @@ def decide_levels(
         Once, listing every family whose level the sample could not decide.
     """
     decisions = _decisions(spaces, sample, first)
-    ask(decisions)
+    if ask_now:
+        ask(decisions)
     return decisions
 
 
@@ -84,7 +89,12 @@ def _decisions(spaces: Mapping[str, _Space], sample: Sequence[Any],
 
 
 def _own_symbols(family: Any, model: str) -> LevelDecision:
-    """A model whose symbols are the records' own reads every level alike (but a record's)."""
+    """A model whose symbols are the records' own reads every level alike (but a record's).
+
+    Its hypotheses are not read here: a count the model's layers do not have (a vision
+    transformer's patches against an image's pixels) is the layer's question, asked with
+    what the layer has and what the records have (:mod:`..extraction.layouts.proof`).
+    """
     declared = getattr(family, "level", None)
     if declared is not None:
         return LevelDecision(family.name, model, declared, "declared")
@@ -102,6 +112,7 @@ def check(
     hypotheses: Any,
     column: str | None = None,
     sample: int = SCAN,
+    units: Any = None,
 ) -> pl.DataFrame:
     """A dry run: how ``model`` would read each of ``hypotheses`` over ``records``.
 
@@ -122,6 +133,10 @@ def check(
         The column of a table that holds the records, as in ``dl.inspect``.
     sample : int
         Records of the data's start looked at, at most.
+    units : any ``units=`` of :func:`dni_lab.inspect`, or True, optional
+        Also check how each layer these name (True: the model's default units) would be
+        read: one row per layer after the hypotheses' rows, with ``layer`` and
+        ``layout`` columns. This runs the model's probe pass on two records.
 
     Returns
     -------
@@ -130,7 +145,11 @@ def check(
         ``decided_by`` (``"declared"``, ``"proved from N records"``, ``"symbols"``,
         ``"token ids"``, ``"undecidable"``, ``"no fit"``), ``records`` (the N),
         ``options`` (the levels still possible) and ``evidence``. Its provenance
-        (``dl.provenance(frame)["levels"]``) holds the same rows.
+        (``dl.provenance(frame)["levels"]``) holds the same rows. With ``units``, one
+        row per model and layer too: ``layout`` (None where asked), ``decided_by``
+        (``"declared"``, ``"rule"``, ``"probe"``, ``"model"``, ``"asked"``,
+        ``"contradicted"``) and the ``evidence`` (what the probes saw, or the question);
+        provenance ``"layouts"``.
 
     Examples
     --------
@@ -145,4 +164,14 @@ def check(
     recs = part.read() if part is not None else []
     decisions = _decisions(_symbol_spaces(models, families, cached=False), recs, 0)
     frame = frame_of(decisions)
-    return attach(frame, {"levels": [d.row() for d in decisions], "records_checked": len(recs)})
+    record: dict[str, Any] = {"levels": [d.row() for d in decisions],
+                              "records_checked": len(recs)}  # fmt: skip
+    if units is not None:
+        rows = [r for m in models for r in layout_rows(m, None if units is True else units,
+                                                         recs)]  # fmt: skip
+        schema = {**SCHEMA, "layer": pl.Utf8, "layout": pl.Utf8}
+        frame = pl.concat([frame.with_columns(pl.lit(None, pl.Utf8).alias("layer"),
+                                              pl.lit(None, pl.Utf8).alias("layout")),
+                           pl.DataFrame(rows, schema=schema)])  # fmt: skip
+        record["layouts"] = rows
+    return attach(frame, record)

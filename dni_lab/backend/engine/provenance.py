@@ -145,7 +145,10 @@ def layouts_record(states: Iterable[Any]) -> dict[str, dict[str, dict[str, Any]]
         ``{model: {layer: {"layout", "how", "evidence"}}}``: ``how`` is ``"declared"``,
         ``"rule"`` (the module's kind or the data flow), ``"probe"`` (a second probe
         moved each axis with the records or their length; ``evidence`` says what each
-        pass saw) or ``"model"`` (a model whose capture returns symbols itself).
+        pass saw) or ``"model"`` (a model whose capture returns symbols itself). A model
+        that names the per-symbol layers its default units leave out (a vision
+        transformer's patch embedding and embeddings: ``model.left_out()``) adds each one
+        it did not read with ``how`` ``"left out"``, so a frame says what it did not score.
     """
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for state in states:
@@ -153,6 +156,17 @@ def layouts_record(states: Iterable[Any]) -> dict[str, dict[str, dict[str, Any]]
         report = getattr(units.model, "layout_report", None)
         if report is not None:  # a layer of latents has no layout of its own
             out.setdefault(units.model.name, {}).update(report(list(units.layer_units)))
+    for state in states:
+        units = state.model_units
+        left_out = getattr(units.model, "left_out", None)
+        if left_out is None:
+            continue
+        rows = out.setdefault(units.model.name, {})
+        for layer, what in left_out().items():
+            if layer not in rows:
+                rows[layer] = {"layout": None, "how": "left out", "evidence": (
+                    f"the {what}: not among the default units (the blocks); name it in "
+                    f"units=[({layer!r}, '*')] to read it")}  # fmt: skip
     return out
 
 

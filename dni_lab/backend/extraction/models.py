@@ -150,23 +150,33 @@ class Model(Readings):
         self._shapes: dict[str, torch.Size] = {}  # each probed output's shape
         self._named: list[str] = []  # Sequentials addressed by path (named, not listed)
         self._unreadable: dict[str, str] = {}  # addresses with several readings: the error
+        self._names_asked: dict[str, None] = {}  # layers named so far, in order (a set)
         self.behavior_memo = BehaviorMemo()  # recent blocks' behaviors, for repeated queries
 
     @classmethod
-    def from_hf(cls, module: nn.Module, tokenizer: Any, **kwargs: Any) -> Model:
+    def from_hf(cls, module: nn.Module, tokenizer: Any = None, **kwargs: Any) -> Model:
         """A Hugging Face model and its fast tokenizer; tokens are the symbols.
 
         See :class:`dni_lab.backend.hf.HFModel` for the keyword arguments (``name``,
         ``pool``, ``max_length``, ``truncate``, ``stride``, ``skip_long``, ``meta``,
         ``decoder_input``) and
         ``docs/transformers.md``. Needs ``pip install dni_lab[hf]``.
+
+        Without a tokenizer, ``module`` is a vision transformer (a Hugging Face ViT,
+        DeiT, DINOv2 with or without registers, or a timm ``VisionTransformer``): its
+        patches are the symbols and its ``[CLS]``/register tokens a prefix, all read
+        from the model (:class:`dni_lab.backend.hf.vision.VisionModel`: ``name``,
+        ``pool``, ``meta``, ``layouts``).
         """
-        if "hf" not in ADAPTERS:
+        kind = "hf" if tokenizer is not None else "hf_vision"
+        if kind not in ADAPTERS:
             raise DNIError(
                 "Model.from_hf needs dni_lab.backend.hf: `import dni_lab` loads it "
                 "(with `pip install dni_lab[hf]` for transformers)."
             )
-        return ADAPTERS["hf"](module, tokenizer, **kwargs)
+        if tokenizer is None:
+            return ADAPTERS[kind](module, **kwargs)
+        return ADAPTERS[kind](module, tokenizer, **kwargs)
 
     def with_module(self, module: nn.Module) -> Model:
         """This model (same name, encode, symbols, kind) around another module, e.g. a copy."""
@@ -224,9 +234,11 @@ class Model(Readings):
             return pos[int(layer)]
         addresses = self.addresses
         if layer in addresses:
+            self._named_now(layer)
             return layer
         alias = alias_target(self.module, self.layers, layer)
         if alias in addresses:
+            self._named_now(alias)
             return alias
         block = named_sequential(self.module, layer)  # a ModuleList named raises here
         if block is not None:
@@ -239,6 +251,10 @@ class Model(Readings):
             f"model {self.name!r} has no layer {layer!r}.{did_you_mean(layer, addresses)} "
             f"Available layers: {shown}."
         )
+
+    def _named_now(self, address: str) -> None:
+        """Remember that ``address`` was named: a layout question lists the layers named."""
+        self.__dict__.setdefault("_names_asked", {})[address] = None
 
     def token_id(self, token: int | str) -> int:
         """The id of ``token``: an id as it is; a string needs a tokenizer (``from_hf``)."""

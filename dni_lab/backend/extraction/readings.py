@@ -14,7 +14,7 @@ widths probe only.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -25,14 +25,13 @@ from .layouts import (
     Inferred,
     Layout,
     Seen,
-    first_input,
-    first_tensor,
     hook_point_layout,
     infer_layouts,
     kind_layout,
 )
-from .layouts.proof import Pass, Proof, ask, prove, second_pass, signature
+from .layouts.proof import Pass, Proof, ask, contradiction, prove, second_pass, signature
 from .module_names import layer_modules
+from .probe_hooks import eval_mode, see, to_device
 
 
 class Readings:
@@ -83,7 +82,7 @@ class Readings:
         # eval mode, as every read: a BatchNorm in train mode would update its statistics
         with torch.inference_mode(), eval_mode(self.module), contextlib.ExitStack() as stack:
             for addr, mod in modules.items():
-                hook = _see(seen, addr, self.layouts.get(addr), calls)
+                hook = see(seen, addr, self.layouts.get(addr), calls)
                 stack.callback(mod.register_forward_hook(hook, with_kwargs=True).remove)
             batch = self.encode(sample)
             self.forward(to_device(batch, device))
@@ -125,30 +124,60 @@ class Readings:
         readings, what the probes saw and the ``layouts=`` entry that settles it."""
         todo = {a: note for a, note in found.ambiguous.items()
                 if a in found.errors and a not in shared}
-        if not todo or self.frames:  # a frame's batch axis is no record count to move
+        self._questions: dict[str, Proof] = {}  # a probe run again asks afresh
+        # a declaration is obeyed, but one the probe contradicts is refused, with what it saw
+        declared = {a: lay for a, lay in self.layouts.items()
+                    if a in seen and a not in shared and lay.axes.count("n") == 1
+                    and lay.output is None  # the second probe reads a first tensor
+                    and len(lay.axes) == seen[a].out.dim() >= 3}  # fmt: skip
+        if not (todo or declared) or self.frames:  # a frame's batch axis is no record count
             return
         counts = [int(self.symbols(r)) for r in sample]
-        first = Pass(len(sample), max(counts), {a: tuple(seen[a].out.shape) for a in todo})
+        probed = [*todo, *declared]
+        first = Pass(len(sample), max(counts), {a: tuple(seen[a].out.shape) for a in probed})
 
         def run(records: list[Any]) -> None:
             with torch.inference_mode(), eval_mode(self.module):
                 self.forward(to_device(self.encode(records), device))
 
-        key = (signature(batch), tuple(counts), tuple(sorted(todo)))
+        key = (signature(batch), tuple(counts), tuple(sorted(probed)))
         second = second_pass(self.module, key, sample, self.symbols,
-                             {a: modules[a] for a in todo}, run)
+                             {a: modules[a] for a in probed}, run)
+        for a, lay in declared.items():
+            wrong = contradiction(a, lay, first, second, self.prefix_of(a), self.padded)
+            if wrong:
+                self._read.pop(a, None)
+                self._unreadable[a] = f"model {self.name!r}: {wrong}"
+                self._proofs[a] = Proof(a, None, "contradicted", wrong)
         asked, listed = [], set(self.addresses)
         for a in todo:
-            proof = self._proofs[a] = prove(a, first, second, self.prefix, self.padded)
+            proof = self._proofs[a] = prove(a, first, second, self.prefix_of(a), self.padded)
             if proof.layout is not None:
                 self._read[a] = proof.layout
                 self._unreadable.pop(a, None)
             elif a in listed:
                 asked.append(proof)
         if asked:
-            kinds = {a: type(modules[a]).__name__ for a in todo}
-            message = ask(self.name, asked, kinds, todo)
-            self._unreadable.update(dict.fromkeys((p.address for p in asked), message))
+            # asked when named, listing only the layers named on this model (the units a
+            # run requested), never every square output the model happens to have
+            self._questions = {p.address: p for p in asked}
+            self._kinds = {a: type(modules[a]).__name__ for a in todo}
+            self._notes = dict(todo)
+            self._unreadable.update({p.address: "" for p in asked})
+
+    def layout_question(self, addresses: Sequence[str]) -> str:
+        """One message asking the layout of every layer among ``addresses`` (and every
+        other layer named on this model so far) that no probe could prove; '' if none.
+
+        Each layer comes with its readings, what the probes saw and the one
+        ``layouts=`` argument that settles them all (:func:`.layouts.proof.ask`).
+        """
+        questions = getattr(self, "_questions", {})
+        named = [*addresses, *getattr(self, "_names_asked", ())]
+        asked = [questions[a] for a in dict.fromkeys(named) if a in questions]
+        if not asked:
+            return ""
+        return ask(self.name, asked, self._kinds, self._notes)
 
     def layout_report(self, addresses: Sequence[str]) -> dict[str, dict[str, Any]]:
         """How each of ``addresses`` is read: its layout, and whether it was declared,
@@ -171,6 +200,9 @@ class Readings:
                 out[a] = {"layout": None, "how": "model", "evidence": "the model's own capture"}
             elif a in proofs:
                 out[a] = proofs[a].row()
+            elif a in self._unreadable:  # the rules left several readings, or it fails
+                out[a] = {"layout": None, "how": "asked",
+                          "evidence": self._unreadable[a] or self.layout_question([a])}
         return out
 
     def _widths_of(self, addresses: Sequence[str], known: Mapping[str, int]) -> dict[str, int]:
@@ -252,20 +284,29 @@ class Readings:
         Needs the probe pass (:meth:`layer_widths`) to have run.
         """
         if address in self._unreadable:
-            raise LayerError(self._unreadable[address])
+            raise LayerError(self._unreadable[address] or self.layout_question([address]))
         found = self._read.get(address)
         if found is None:
             raise LayerError(
                 f"layer {address!r} of model {self.name!r} produced no tensor in a probe pass; "
                 "pick a layer that the module calls."
             )
-        if self.prefix and found.axes.count("s") != 1:
+        prefix = self.prefix_of(address)
+        if prefix and found.axes.count("s") != 1:
             raise LayerError(
-                f"model {self.name!r} drops prefix={self.prefix} leading positions, but layer "
+                f"model {self.name!r} drops prefix={prefix} leading positions, but layer "
                 f"{address!r} is read with layout {found}, which has no single symbol axis; "
                 "declare its layout or read a sequence layer."
             )
         return found
+
+    def prefix_of(self, address: str) -> int:
+        """Leading positions of ``address``'s symbol axis that are no symbol (``prefix``).
+
+        A vision transformer's patch embedding runs before its prefix tokens are added,
+        so its model answers 0 there (:meth:`dni_lab.backend.hf.vision.VisionModel.prefix_of`).
+        """
+        return self.prefix
 
     def check_readable(self, address: str) -> None:
         """Raise the layout error of an address with several readings (before any data)."""
@@ -285,9 +326,10 @@ class Readings:
                 f"block has {len(records)}; declare the layout (Model(layouts=...)) that puts "
                 "the records on the axis 'n'."
             )
-        x = x[:, self.prefix:] if self.prefix else x
+        prefix = self.prefix_of(address)
+        x = x[:, prefix:] if prefix else x
         if x.shape[1] != T and not (self.padded and x.shape[1] > T):
-            extra = f" after dropping prefix={self.prefix}" if self.prefix else ""
+            extra = f" after dropping prefix={prefix}" if prefix else ""
             raise LayerError(
                 f"{where} has {x.shape[1]} symbol positions{extra} (layout {layout}), but the "
                 f"block's longest record has {T} symbols; make encode() emit one position per "
@@ -313,57 +355,3 @@ class Readings:
             )
         return hw
 
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move a tensor, or the tensors of a tuple/list/dict, to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
-
-
-def _see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) -> Callable:
-    """A probe hook: what the module returned (the tensor read) and was given, how often.
-
-    A declared ``output=`` that the output does not have is that address's error, kept
-    in ``seen`` as a string: the other addresses stay readable.
-    """
-    where = f"layer {addr!r}"
-
-    def hook(_mod, args, kwargs, out):
-        try:
-            t = layout.select(out, where) if layout is not None else first_tensor(out, where)
-        except LayerError as exc:
-            if layout is not None:
-                seen[addr] = str(exc)
-            return  # no tensor output: not a readable address
-        before = seen.get(addr)
-        # a module run again on the same values (TransformerLens applies ln1 to the
-        # query, key and value inputs alike) has one output; other values make two
-        if before is None:
-            calls[addr] = 1
-        elif not (isinstance(before, Seen) and before.out.shape == t.shape
-                  and torch.equal(before.out, t)):
-            calls[addr] += 1
-        seen[addr] = Seen(t, first_input(args, kwargs))
-
-    return hook
-
-
-@contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode; every submodule's own ``training`` flag put back on exit.
-
-    ``module.train(flag)`` on the way out would set every submodule to the top's flag:
-    an eval-mode network inside a fresh (train-mode) wrapper would come back training.
-    """
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, flag in modes:
-            m.training = flag  # the attribute itself: train() would recurse into children

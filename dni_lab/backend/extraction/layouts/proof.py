@@ -54,7 +54,7 @@ class Proof:
 
     address: str
     layout: Layout | None
-    how: str  # "declared", "rule", "probe" or "asked"
+    how: str  # "declared", "rule", "probe", "asked" or "contradicted"
     evidence: str = ""
     options: tuple[str, ...] = field(default=())
     shape: tuple[int, ...] = field(default=())  # the first probe's output shape
@@ -228,9 +228,76 @@ def prove(address: str, first: Pass, second: Pass | str, prefix: int = 0,
                      f"{_seen(first, shape1)}; no tensor in the second probe", (), shape1)
     fits = fitting(shape1, tuple(shape2), first, second, prefix, padded)
     evidence = f"{_seen(first, shape1)}; {_seen(second, tuple(shape2))} ({second.how})"
+    if len(fits) == 1 and "s" not in fits[0] and first.longest > 1:
+        # no axis holds the records' symbols: a per-record reading left by elimination is
+        # no proof; the model's count and the layer's positions disagree, and say so
+        return Proof(address, None, "asked", evidence + _no_symbol_axis(shape1, first, prefix),
+                     (), shape1)  # fmt: skip
     if len(fits) == 1:
         return Proof(address, Layout(fits[0]), "probe", evidence, tuple(fits), shape1)
+    if not fits and first.longest == second.longest:
+        evidence += _unsteady(shape1, tuple(shape2), first, second)
     return Proof(address, None, "asked", evidence, tuple(fits), shape1)
+
+
+def _unsteady(shape1: tuple, shape2: tuple, first: Pass, second: Pass) -> str:
+    """Where the same records gave another shape: a forward that draws at random."""
+    moved = [k for k, (a, b) in enumerate(zip(shape1, shape2, strict=True))
+             if a != b and not (a == first.records and b == second.records)]  # fmt: skip
+    if not moved:
+        return ""
+    return (f"; axis {moved[0]} changed size ({shape1[moved[0]]} then {shape2[moved[0]]}) "
+            "though the records' lengths did not: the model changes shape between two "
+            "forwards of the same records (a random crop or resize in encode(), or a "
+            "module that draws at random in eval mode). Make encode() and the forward "
+            "deterministic (crop the records before reading them); the probe left the "
+            "model's train/eval modes as they were")
+
+
+def _no_symbol_axis(shape: tuple, first: Pass, prefix: int) -> str:
+    """What a layer has against what the records have, and the arguments that settle it."""
+    sizes = sorted({int(n) for n in shape[1:]})
+    extra = f" plus prefix={prefix}" if prefix else ""
+    return (f"; no axis is the records' {first.longest:,} symbols{extra} (the layer's axes "
+            f"have {', '.join(f'{n:,}' for n in sizes)} positions): the model's symbol count "
+            "is not this layer's, so pass Model(..., symbols=fn) and prefix= for the "
+            "positions the layer has per record (dl.Model.from_hf(module) for a vision "
+            "transformer's patches), or declare a per-record reading")
+
+
+def contradiction(address: str, layout: Layout, first: Pass, second: Pass | str,
+                  prefix: int = 0, padded: bool = False) -> str:  # fmt: skip
+    """Why the probes contradict a declared ``layout`` of ``address``, or '' if they do not.
+
+    The declared records axis must be the record count in both passes; a declared
+    symbol axis, where the longest record changed length between them, must change
+    with it (a units axis that does is no units axis). Nothing else is judged.
+    """
+    if isinstance(second, str) or address not in second.shapes:
+        return ""
+    shape1, shape2 = tuple(first.shapes[address]), tuple(second.shapes[address])
+    if len(shape1) != len(shape2) or len(shape1) != len(layout.axes):
+        return ""
+    saw = f"{_seen(first, shape1)}; {_seen(second, shape2)} ({second.how})"
+    fits = fitting(shape1, shape2, first, second, prefix, padded)
+    better = f"; readings that fit both: {', '.join(map(repr, fits))}" if fits else ""
+    moved = first.longest != second.longest and not padded
+    order = sorted(range(len(layout.axes)), key=lambda k: "nsu".find(layout.axes[k]))
+    for k in order:  # records, then symbols, then units: the first wrong one is shown
+        letter = layout.axes[k]
+        roles = _roles(shape1[k], shape2[k], first, second, prefix, padded)
+        if letter == "n" and "n" not in roles:
+            why = "is not the record count in both passes"
+        elif letter == "s" and moved and "s" not in roles:
+            why = "did not move with the longest record's length"
+        elif letter == "u" and moved and shape1[k] != shape2[k]:
+            why = "changed size with the records' length, as no units axis does"
+        else:
+            continue
+        return (f"layer {address!r} is declared {layout.spec!r}, but its axis {k} "
+                f"({letter!r}) {why}: the probes saw {saw}{better}. Declare the reading "
+                "that fits, or leave layouts= out for this layer to have it proved.")
+    return ""
 
 
 def _seen(p: Pass, shape: tuple) -> str:
