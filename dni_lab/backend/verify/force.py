@@ -167,7 +167,7 @@ def _layout_hook(model: Model, addr: str, idx: torch.Tensor, values: float | tor
                     "first (dl.inspect, or model.layer_widths(records, device))."
                 )
         t = layout.select(out, where)
-        forced = layout.write(t, idx, values, None, where, model.prefix)
+        forced = layout.write(t, idx, values, None, where, model.prefix_of(addr))
         return replace_output(out, t, forced)
 
     return hook
