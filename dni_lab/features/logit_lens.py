@@ -11,7 +11,11 @@ the head's output through the final norm's linear part (centring for a LayerNorm
 weight) and the unembedding, unit ``head * len(tokens) + j``. The norm's scale depends on
 the whole residual stream, which a head's output does not hold: it is not applied, so the
 values are proportional, per position, to TransformerLens's ``cache.logit_attrs`` with a
-scale of 1.
+scale of 1. That is ``apply_ln=False``; for TransformerLens's ``apply_ln=True`` (each part
+divided by the final norm's scale cached on the same records) read the heads' results
+and the scale with ``dl.activations`` and call ``cache.logit_attrs(stack, tokens,
+apply_ln=True)`` (or ``apply_ln=False``, the values here):
+:mod:`~dni_lab.backend.extraction.activation_stacks`.
 
 Either is a unit set like a sparse autoencoder's latents: score it with ``dl.inspect(...,
 units=[lens])`` against any hypothesis, or read it with ``dl.activations`` through its hook.

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 from torch import nn
 
@@ -309,6 +308,10 @@ class Passes:
         parts: dict[str, list[tuple[torch.Tensor, int, Any]]] = {}
         read: list[tuple[torch.Tensor, dict[str, Any]]] = []
         all_rows = torch.arange(len(recs))
+        shape = (len(recs), mask.shape[1])
+        # each pass's values go straight into the block's tensors, which are known in
+        # shape from the first pass: a pass's copy is freed as the next one runs
+        units: dict[str, Any] = {}
         with self.running() as passes:
             for rows in groups:
                 if rows is None:
@@ -320,11 +323,18 @@ class Passes:
                 out = ex._extract(sub, sub_mask, first, rows)
                 r = all_rows if rows is None else rows
                 for addr, t in out.items():
-                    parts.setdefault(addr, []).append((r, sub_mask.shape[1], t))
+                    if rows is None:
+                        units[addr] = t
+                    elif isinstance(t, torch.Tensor) and t.dim() == 3:
+                        if addr not in units:
+                            units[addr] = t.new_zeros(*shape, t.shape[-1])
+                        units[addr][r.to(t.device), : t.shape[1]] = t
+                    else:  # a sparse block (feature set latents): reassembled at the end
+                        parts.setdefault(addr, []).append((r, sub_mask.shape[1], t))
+                del out
                 read.append((r, passes[seen] if len(passes) > seen else {}))
-        shape = (len(recs), mask.shape[1])
-        whole = groups[0] is None
-        units = {a: p[0][2] if whole else _reassemble(p, shape) for a, p in parts.items()}
+        for a in list(parts):
+            units[a] = _reassemble(parts.pop(a), shape)
         patterns, tokens = self._patterns(read, len(recs))
         return units, patterns, tokens
 
@@ -344,14 +354,32 @@ class Passes:
         T = max(int(got[first][1].max()) if len(got[first][1]) else 0 for _r, got in read)
         for rows, got in read:
             tokens[rows] = got[first][1]
-        out = {}
+        out: dict[str, torch.Tensor] = {}
+        by_address: dict[tuple[str, bytes], torch.Tensor] = {}
+        last = {tap.address: name for name, tap in self.taps.items()}
         for name, tap in self.taps.items():
-            heads = torch.as_tensor(self.heads[name])
-            full = torch.zeros(R, len(heads), T, T)
-            for rows, got in read:
-                t = got[tap.address][0][:, heads]
-                full[rows, :, : t.shape[2], : t.shape[3]] = t
-            out[name] = full
+            heads = np.asarray(self.heads[name])
+            key = (tap.address, heads.tobytes())
+            if key in by_address:  # another name of the same pattern: the same tensor
+                out[name] = by_address[key]
+                continue
+            every = len(heads) == self.model.attention_patterns().heads and bool(
+                (heads == np.arange(len(heads))).all()
+            )
+            if len(read) == 1 and every:  # one pass, every head: its tensor as it is
+                full = read[0][1][tap.address][0]
+            else:
+                h = torch.as_tensor(heads)
+                full = torch.zeros(R, len(heads), T, T)
+                for rows, got in read:
+                    t = got[tap.address][0]
+                    t = t if every else t[:, h]
+                    full[rows, :, : t.shape[2], : t.shape[3]] = t
+            out[name] = by_address[key] = full
+            if last[tap.address] == name:  # the passes' copies go: no 2x peak
+                for _rows, got in read:
+                    if got[tap.address][0] is not full:
+                        got.pop(tap.address)
         return out, tokens
 
 
@@ -379,28 +407,3 @@ def _wrap_forward(model: Any, stack: contextlib.ExitStack) -> None:
             model.forward = own
 
     stack.callback(restore)
-
-
-def pattern_frame(
-    t: torch.Tensor, tokens: torch.Tensor, heads: np.ndarray, first: int
-) -> pl.DataFrame:
-    """A pattern's long frame: ``record``, ``head``, ``query``, ``key``, ``value``.
-
-    Each record's own tokens only (``tokens``: its count); ``record`` counts from
-    ``first``, ``head`` is the head's index in the layer.
-    """
-    _R, H, T, _ = t.shape
-    inside = torch.arange(T)[None, :] < tokens[:, None]  # (R, T)
-    real = inside[:, :, None] & inside[:, None, :]
-    r, q, k = real.nonzero(as_tuple=True)
-    vals = t.permute(0, 2, 3, 1)[r, q, k].numpy()  # (n pairs, H)
-    n = len(r)
-    return pl.DataFrame(
-        {
-            "record": np.repeat(r.numpy() + first, H).astype(np.int64),
-            "head": np.tile(np.asarray(heads), n).astype(np.int64),
-            "query": np.repeat(q.numpy(), H).astype(np.int64),
-            "key": np.repeat(k.numpy(), H).astype(np.int64),
-            "value": vals.reshape(-1).astype(np.float32),
-        }
-    )

@@ -14,6 +14,10 @@ patterns (``attn.hook_pattern``, ``hook_attn_scores``) are ``(records, heads, to
 tokens)``, TransformerLens's shape, with each record's token count in
 ``pattern_lengths`` (:mod:`.activation_passes`). With ``stream=True`` the call yields one
 cache per block instead, so memory stays bounded by one block whatever the data's size.
+The cache itself and its TransformerLens methods are :mod:`.activation_cache` and
+:mod:`.activation_stacks`. A name read whole is resolved once and read at its address, so
+names of one value share one tensor; a model keeps its last plans (names resolved, probe
+pass), so a loop calling ``dl.activations`` per batch plans once.
 """
 
 from __future__ import annotations
@@ -23,152 +27,33 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 from torch import nn
 
 from ..errors import DNIError, LayerError
-from .activation_passes import Passes, pattern_frame, reached, split_names
+from .activation_cache import SHAPES, ActivationCache
+from .activation_passes import Passes, reached, split_names
+from .activation_stacks import describe
 from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
 
+__all__ = ["ActivationCache", "activations"]
+
+#: plans kept per model (names resolved, probe pass, Extractor), so that a loop that calls
+#: dl.activations per batch, as TransformerLens users call run_with_cache, pays once
+_PLANS_KEPT = 8
+
+
+class _Plans(dict):
+    """A model's recent plans, in the model's own ``__dict__`` (a plan refers to its
+    model, so a cache outside it would keep the model alive); they never travel: a
+    pickled model (a cluster's worker) gets none."""
+
+    def __reduce__(self) -> tuple:
+        return (_Plans, ())
+
 #: a name and its unit selection: ``"blocks.3.hook_resid_post"`` or ``(name, [0, 5])``
 Name = str | tuple[str, Any]
-
-
-class ActivationCache:
-    """Activations of some names over some records: ``cache[name]`` is ``(R, T, U)``.
-
-    Attributes
-    ----------
-    names : list of str
-        The names as the caller gave them (selections dropped), in order.
-    addresses : dict
-        ``{name: resolved address}`` (a TransformerLens name and its module path).
-    units : dict
-        ``{name: unit indices}`` of each name's layer, in column order.
-    lengths : torch.Tensor
-        ``(R,)`` int64: each record's symbol count; slots past it are padding (0).
-    first : int
-        The data position of record 0 (a streamed block's offset; 0 for a whole run).
-    metric : torch.Tensor or None
-        ``(R,)`` float64: the metric per record when gradients were asked (``grad=``).
-    patterns : list of str
-        The names that are attention patterns: ``cache[name]`` is ``(R, heads, T, T)``
-        over tokens, ``units[name]`` their heads.
-    pattern_lengths : torch.Tensor or None
-        ``(R,)`` int64: each record's token count, the patterns' positions (special tokens
-        included, padding not); None without patterns.
-    """
-
-    def __init__(
-        self,
-        values: dict[str, list[torch.Tensor]],
-        lengths: torch.Tensor,
-        addresses: dict[str, str],
-        units: dict[str, np.ndarray],
-        first: int = 0,
-        metric: torch.Tensor | None = None,
-        pattern_lengths: torch.Tensor | None = None,
-        patterns: list[str] | None = None,
-    ) -> None:
-        self._values = values
-        self.metric = metric
-        self.patterns = list(patterns or [])
-        self.pattern_lengths = pattern_lengths
-        self.lengths = lengths
-        self.addresses = addresses
-        self.units = units
-        self.names = list(addresses)
-        self.first = first
-
-    @property
-    def n_records(self) -> int:
-        return int(self.lengths.shape[0])
-
-    def keys(self) -> list[str]:
-        return list(self.names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.addresses or name in self.addresses.values()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def _name(self, name: str) -> str:
-        if name in self.addresses:
-            return name
-        by_address = [n for n, a in self.addresses.items() if a == name]
-        if by_address:
-            return by_address[0]
-        raise KeyError(
-            f"{name!r} is not in this activation cache; it holds {self.names} "
-            "(pass the name to dl.activations(names=[...]))."
-        )
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        """``(R, T, U)`` float32, ``T`` the longest record's symbols; 0 past ``lengths``.
-
-        An attention pattern: ``(R, heads, T, T)``, ``T`` the longest record's tokens; 0
-        past ``pattern_lengths``.
-        """
-        key = self._name(name)
-        parts = self._values[key]
-        if len(parts) > 1:  # blocks differ in length: pad them to the longest, once
-            T = max(p.shape[-2] for p in parts)
-            pad = (lambda p: (0, T - p.shape[-1], 0, T - p.shape[-2])) if key in self.patterns \
-                else (lambda p: (0, 0, 0, T - p.shape[1]))  # fmt: skip
-            parts[:] = [torch.cat([torch.nn.functional.pad(p, pad(p)) for p in parts])]
-        return parts[0]
-
-    def record(self, i: int, name: str) -> torch.Tensor:
-        """Record ``i``'s values of ``name``: ``(symbols, units)`` (a pattern: ``(heads,
-        tokens, tokens)``), no padding."""
-        if self._name(name) in self.patterns:
-            n = int(self.pattern_lengths[i])
-            return self[name][i, :, :n, :n]
-        return self[name][i, : int(self.lengths[i])]
-
-    def frame(self, name: str) -> pl.DataFrame:
-        """A long frame of ``name``: ``record``, ``symbol``, ``unit``, ``value``, real symbols only.
-
-        ``record`` counts from :attr:`first` (a record's position in the data), ``unit``
-        is the unit's index in its layer. An attention pattern's frame has ``record``,
-        ``head``, ``query``, ``key``, ``value`` over each record's tokens.
-        """
-        key = self._name(name)
-        t = self[key]
-        if key in self.patterns:
-            return pattern_frame(t, self.pattern_lengths, self.units[key], self.first)
-        _, T, U = t.shape
-        real = torch.arange(T)[None, :] < self.lengths[:, None]
-        r, s = real.nonzero(as_tuple=True)
-        vals = t[r, s].numpy()  # (n real symbols, U)
-        n = len(r)
-        return pl.DataFrame(
-            {
-                "record": np.repeat(r.numpy() + self.first, U).astype(np.int64),
-                "symbol": np.repeat(s.numpy(), U).astype(np.int64),
-                "unit": np.tile(self.units[key], n).astype(np.int64),
-                "value": vals.reshape(-1).astype(np.float32),
-            }
-        )
-
-    def to_polars(self) -> pl.DataFrame:
-        """Every name's :meth:`frame`, one after another, with a leading ``name`` column.
-
-        With attention patterns, a row has the columns of both kinds, null where its kind
-        has none (a pattern's ``unit``, a unit's ``head``).
-        """
-        frames = [self.frame(n).select(pl.lit(n).alias("name"), pl.all()) for n in self.names]
-        return pl.concat(frames, how="diagonal" if self.patterns else "vertical")
-
-    def __repr__(self) -> str:
-        shapes = {n: tuple(self[n].shape) for n in self.names}
-        return f"ActivationCache({self.n_records} records, {shapes})"
 
 
 def activations(
@@ -182,6 +67,7 @@ def activations(
     stream: bool = False,
     grad: Callable[[list[Any], torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     stop_at_layer: int | None = None,
+    shapes: str = "units",
 ) -> ActivationCache | Iterator[ActivationCache]:
     """Read the activations at ``names`` over ``data``: an :class:`ActivationCache`.
 
@@ -234,6 +120,11 @@ def activations(
         ``k`` runs, block ``k + 1`` does not; TransformerLens's ``stop_at_layer=k + 1``).
         A name read after that block raises before any pass. Without it a Hugging Face
         model already stops after the last block a name needs.
+    shapes : {"units", "transformer_lens"}
+        ``"transformer_lens"``: a per-head name read whole comes back in
+        TransformerLens's shape, ``(records, tokens, heads, d_head)`` (``hook_result``:
+        ``(records, tokens, heads, d_model)``), a view of the same storage; ``"units"``
+        (default): ``(records, symbols, heads·d_head)``, as ``dl.inspect`` reads units.
 
     Returns
     -------
@@ -241,6 +132,9 @@ def activations(
         ``cache[name]``: ``(records, symbols, units)`` float32, padded with 0 past
         ``cache.lengths``; an attention pattern ``(records, heads, tokens, tokens)``, 0 past
         ``cache.pattern_lengths``; ``cache.frame(name)`` / ``cache.to_polars()``: long frames.
+        On a transformer the cache has TransformerLens's methods too: ``.to``,
+        ``.stack``, ``accumulated_resid``, ``decompose_resid``, ``apply_ln_to_stack``,
+        ``logit_attrs`` (:mod:`.activation_stacks`).
 
     Raises
     ------
@@ -249,7 +143,7 @@ def activations(
         that selects none, or a name past ``stop_at_layer``, before any block runs.
     DNIError
         ``stop_at_layer`` outside the model's blocks, or with ``grad=`` (a gradient needs
-        the model's output).
+        the model's output); ``shapes`` not one of ``"units"``, ``"transformer_lens"``.
     TokenIdsError
         Token ids that cannot be records (a 3-D or float tensor, a mask of another shape,
         ids outside the vocabulary), before any block runs.
@@ -263,6 +157,9 @@ def activations(
         )
     from ..engine.resolve import as_records, is_feature_set
     from ..engine.token_ids import check_records
+
+    if shapes not in SHAPES:
+        raise DNIError(f"shapes must be one of {SHAPES}, not {shapes!r}.")
 
     # a glob or callable: the names chosen; attention patterns are read apart
     names, patterns, chosen = split_names(model, names, is_feature_set)
@@ -282,7 +179,7 @@ def activations(
     if isinstance(records, Sequence):
         check_records([model], records)  # ids a model cannot read fail before any block
     blocks = _blocks(records, block_size)
-    how = (names, patterns, stop_at_layer)
+    how = (names, patterns, stop_at_layer, (shapes, describe(model)))
     if stream:
         return _stream(model, blocks, how, dev, forward_batch, grad)
     with on_device(model, dev):
@@ -295,7 +192,8 @@ def activations(
     metric = None if grad is None else torch.cat([p.metric for p in parts])
     tokens = torch.cat([p.pattern_lengths for p in parts]) if head.patterns else None
     return ActivationCache(values, lengths, head.addresses, head.units, metric=metric,
-                           pattern_lengths=tokens, patterns=head.patterns)  # fmt: skip
+                           pattern_lengths=tokens, patterns=head.patterns, shapes=shapes,
+                           model=head.model)  # fmt: skip
 
 
 def _stream(model, blocks, how, dev, forward_batch, grad) -> Iterator[ActivationCache]:
@@ -303,7 +201,7 @@ def _stream(model, blocks, how, dev, forward_batch, grad) -> Iterator[Activation
     plan = None
     for first, recs in blocks:
         with on_device(model, dev):
-            plan = plan or _plan(model, how, recs, dev, forward_batch, grad)
+            plan = plan or _planned(model, how, recs, dev, forward_batch, grad)
             cache = _block(model, plan, first, recs, dev)
         yield cache
 
@@ -311,7 +209,7 @@ def _stream(model, blocks, how, dev, forward_batch, grad) -> Iterator[Activation
 def _run(model, blocks, how, dev, forward_batch, grad) -> Iterator[ActivationCache]:
     plan = None
     for first, recs in blocks:
-        plan = plan or _plan(model, how, recs, dev, forward_batch, grad)
+        plan = plan or _planned(model, how, recs, dev, forward_batch, grad)
         yield _block(model, plan, first, recs, dev)
 
 
@@ -327,15 +225,33 @@ def _blocks(data: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
         first += len(recs)
 
 
+def _planned(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad):
+    """:func:`_plan`, reused from an earlier call with the same names on the same model."""
+    names, patterns, stop_at_layer, (shapes, _transformer) = how
+    if grad is not None or not all(isinstance(n, (str, tuple)) for n in names):
+        return _plan(model, how, sample, dev, forward_batch, grad)  # feature sets: fresh
+    tree = tuple(id(m) for m in model.module.modules())  # a module swapped: plan again
+    key = (id(model), repr(names), repr([p[:2] for p in patterns]), stop_at_layer, shapes,
+           str(dev), forward_batch, tree)  # fmt: skip
+    plans = vars(model).setdefault("_activation_plans", _Plans())
+    plan = plans.get(key)
+    if plan is None:
+        plan = _plan(model, how, sample, dev, forward_batch, grad)
+        if len(plans) >= _PLANS_KEPT:
+            plans.pop(next(iter(plans)))
+        plans[key] = plan
+    return plan
+
+
 def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad):
     """Names → addresses and unit indices, the Extractor reading their union, and the
     :class:`~.activation_passes.Passes` around it (None: the Extractor's pass alone)."""
     from ..engine.resolve import is_feature_set, resolve_units
 
-    names, patterns, stop_at_layer = how
+    names, patterns, stop_at_layer, shape = how
     if not names:  # patterns alone: no units, no probe pass
         ex = Extractor(model, {}, "activation", dev, forward_batch=forward_batch)
-        return ex, {}, {}, {}, Passes(model, patterns, {}, stop_at_layer)
+        return ex, {}, {}, {}, Passes(model, patterns, {}, stop_at_layer), shape
     pairs = [(n, "*") if isinstance(n, str) or is_feature_set(n) else tuple(n) for n in names]
     bad = [p for p in pairs if len(p) != 2 or not (isinstance(p[0], str) or is_feature_set(p[0]))]
     if bad:
@@ -343,16 +259,30 @@ def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad)
             f"cannot read name {bad[0]!r}; pass a name, a (name, [unit indices]) pair or a "
             "feature set (dl.features)."
         )
-    mu = resolve_units(model, [[p] for p in pairs], sample[:2], dev)
+    # a name read whole is resolved once and read by its address: aliases of one value
+    # (blocks.0.hook_out, blocks.0.hook_resid_post) are one group, one capture, one tensor
+    whole = {i: model.resolve_layer(p[0]) for i, p in enumerate(pairs)
+             if isinstance(p[0], str) and isinstance(p[1], str) and p[1] == "*"}  # fmt: skip
+    specs: list[list[Any]] = []
+    group_of: dict[Any, int] = {}
+    for i, p in enumerate(pairs):
+        key = ("*", whole[i]) if i in whole else ("pair", i)
+        if key not in group_of:
+            group_of[key] = len(specs)
+            specs.append([(whole[i], "*")] if i in whole else [p])
+    mu = resolve_units(model, specs, sample[:2], dev)
     # each name's columns within its address's union of units; a feature set goes by its layer
+    layers = mu.layers.astype(str)
+    found, first_col = np.unique(layers, return_index=True)
+    starts = dict(zip(found.tolist(), first_col.tolist(), strict=True))
     addresses, units, cols = {}, {}, {}
-    for g, (name, _sel) in zip(mu.groups, pairs, strict=True):
-        addr = str(mu.layers[g.cols[0]])
-        start = int(np.flatnonzero(mu.layers == addr)[0])
+    for i, (name, _sel) in enumerate(pairs):
+        g = mu.groups[group_of[("*", whole[i]) if i in whole else ("pair", i)]]
+        addr = layers[g.cols[0]]
         key = name.address if is_feature_set(name) else name
         addresses[key] = addr
         units[key] = mu.units[g.cols]
-        cols[key] = torch.as_tensor(g.cols - start)
+        cols[key] = torch.as_tensor(g.cols - starts[addr])
     ex = Extractor(model, mu.layer_units, "activation", dev, mu.features,
                    forward_batch=forward_batch)  # fmt: skip
     if grad is not None:
@@ -366,11 +296,11 @@ def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad)
     passes = None
     if patterns or stop_at_layer is not None:
         passes = Passes(model, patterns, addresses, stop_at_layer)
-    return ex, addresses, units, cols, passes
+    return ex, addresses, units, cols, passes, shape
 
 
 def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCache:
-    ex, addresses, units, cols, passes = plan
+    ex, addresses, units, cols, passes, (shapes, transformer) = plan
     metric, grads, patterns, tokens = None, {}, {}, None
     if passes is not None:  # patterns or a stop: the same batches, with hooks around them
         mask = symbol_mask(model, recs, dev)
@@ -397,7 +327,7 @@ def _block(model: Model, plan, first: int, recs: list[Any], dev) -> ActivationCa
         units = {**units, **passes.heads}
     cache = ActivationCache(values, lengths, {**addresses, **grad_names}, units, first,
                             None if metric is None else metric.cpu(), tokens,
-                            list(patterns))  # fmt: skip
+                            list(patterns), shapes, transformer)  # fmt: skip
     return cache
 
 

@@ -4,11 +4,14 @@ TransformerLens users write ``run_with_cache(names_filter=lambda name:
 name.endswith("hook_z"))``; nnsight and module-path users think in globs
 (``"transformer.h.*.mlp"``). Both select among the names a model can read: its
 TransformerLens hook names where it has them (a Hugging Face model's
-``blocks.N.attn.hook_z``, ..., :meth:`~dni_lab.backend.hf.HFModel.hook_names`), then
-its addresses that no such name already reads (``model.addresses``). A name the filter
-selects that the model cannot read after all (a rotary hook on a model without rotary)
-is left out, as TransformerLens leaves out hooks a model does not have; a filter that
-selects nothing raises a :class:`~dni_lab.backend.errors.LayerError` with close names.
+``blocks.N.attn.hook_z``, ..., :meth:`~dni_lab.backend.hf.HFModel.hook_names`), the
+TransformerLens 4 bridge's names (``blocks.N.hook_out``, ...,
+:func:`~dni_lab.backend.hf.tl_bridge.bridge_names`: a filter over them chooses what
+TransformerLens 4.3's ``run_with_cache`` would return), then its addresses that no
+such name already reads (``model.addresses``). A name the filter selects that the model
+cannot read after all (a rotary hook on a model without rotary) is left out, as
+TransformerLens leaves out hooks a model does not have; a filter that selects nothing
+raises a :class:`~dni_lab.backend.errors.LayerError` with close names.
 """
 
 from __future__ import annotations
@@ -70,10 +73,15 @@ def candidates(model: Any) -> list[tuple[str, str | None]]:
     """``(name, address or None)`` of each name a filter chooses among, in order.
 
     A model's TransformerLens hook names first (their address unknown until resolved),
-    then its addresses.
+    the bridge's names, then its addresses.
     """
     hook_names = getattr(model, "hook_names", None)
     tl = [(n, None) for n in (hook_names() if hook_names is not None else [])]
+    n_blocks = getattr(model, "_n_blocks", None)
+    if tl and isinstance(n_blocks, int):
+        from ..hf.tl_bridge import bridge_names
+
+        tl += [(n, None) for n in bridge_names(n_blocks)]
     return tl + [(a, a) for a in model.addresses]
 
 

@@ -184,7 +184,8 @@ class Patterns:
                     )
                 if t.kind == "scores":  # masked keys: -inf, as TransformerLens gives them
                     floor = torch.finfo(value.dtype).min / 2
-                    value = value.masked_fill(value <= floor, float("-inf"))
+                    # in place: the softmax that read it has run, nothing reads it again
+                    value = value.masked_fill_(value <= floor, float("-inf"))
                 passes[-1][t.address] = per_record(value, seen.get("mask"))
 
         return hook
@@ -203,6 +204,11 @@ def per_record(t: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor
     real = mask.to(t.device).bool()[:, -T:]
     n = real.sum(1)
     Tm = int(n.max()) if R else 0
+    inside = torch.arange(T, device=t.device)[None, :] < n[:, None]
+    if Tm == T and torch.equal(real, inside):  # right padding: the pass's own tensor, no copy
+        keep = inside[:, None, :, None] & inside[:, None, None, :]
+        # in place: the module has returned, and its weights are read by nothing after it
+        return t.detach().masked_fill_(~keep, 0.0).float().cpu(), n.cpu().to(torch.int64)
     # a stable sort puts each row's real tokens first, in their order
     idx = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices[:, :Tm]
     rows = t.gather(2, idx[:, None, :, None].expand(R, H, Tm, T))
