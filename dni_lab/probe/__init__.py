@@ -4,11 +4,14 @@
 reads (a layer's activations per symbol, labels from a hypothesis or given),
 ``solver.py`` the logistic fit, its F1 threshold and AUROC, ``storage.py`` the files
 (safetensors + JSON sidecar), ``frames.py`` a probe from a ``logreg`` score frame,
-``metrics.py`` the reported statistics as pure functions (AUROC, recall at FPR,
-calibration, F1, record bootstrap) and ``evaluation.py`` ``Probe.report`` and
+``metrics.py`` the reported statistics as pure functions (AUROC, recall at FPR and the
+record bootstrap are the ``roc_auc``/``recall_at_fpr`` measures' code, re-exported;
+calibration, F1) and ``evaluation.py`` ``Probe.report`` and
 ``Probe.nulls`` (control task per symbol type, random directions, an untrained copy),
 ``transfer.py`` ``Probe.transfer`` (another layer or model of the probe's width, the drop
-in AUROC) and ``cli.py`` ``dni-lab probe fit|apply|report``. See ``docs/api/probe.md``.
+in AUROC), ``sweep.py`` ``Probe.sweep`` (one probe per layer, held-out AUROC against depth
+with intervals and nulls, its chart) and ``cli.py`` ``dni-lab probe fit|apply|report``.
+See ``docs/api/probe.md``.
 """
 
 from .estimator import Probe

@@ -25,6 +25,8 @@ from ..backend.hypothesis.hypotheses import as_family
 from . import evaluation, frames, metrics, solver, storage
 from .frames import score_frame
 from .reading import Reading, as_model, binary_targets, check_width, model_sha256, read
+from .sweep import LayerSweep
+from .sweep import sweep as run_sweep
 from .transfer import transfer as transfer_probe
 
 POOLS = ("mean", "max", "last")
@@ -49,7 +51,7 @@ class Probe:
         Inverse regularisation strength, scikit-learn's: the objective is
         ``penalty(w) + C · Σ log-loss`` over the training symbols, intercept unpenalised.
     penalty : {"l2", "l1"}
-        ``"l2"`` (``||w||² / 2``, torch L-BFGS in float64) or ``"l1"`` (``||w||₁``, the
+        ``"l2"`` (``||w||² / 2``, scipy's L-BFGS-B in float64) or ``"l1"`` (``||w||₁``, the
         ``logreg`` measure's Newton solver, which zeroes coefficients exactly).
     folds : int or None
         Folds of records for ``cv_auroc_``, the out-of-fold AUROC (record ``i`` is in
@@ -494,6 +496,61 @@ class Probe:
         return transfer_probe(
             self, model, records, hypothesis, labels=labels, layer=layer, source=source,
             n_boot=n_boot, seed=seed, level=level,
+        )  # fmt: skip
+
+    @classmethod
+    def sweep(
+        cls,
+        model: Any,
+        records: Iterable[Any],
+        hypothesis: Any = None,
+        *,
+        layers: Sequence[str] | None = None,
+        labels: Sequence[Any] | None = None,
+        test: Iterable[Any] | None = None,
+        test_labels: Sequence[Any] | None = None,
+        holdout: int = 4,
+        untrained: Any = None,
+        n_boot: int = 200,
+        n_controls: int = 1,
+        n_directions: int = 5,
+        seed: int = 0,
+        level: float = 0.95,
+        **params: Any,
+    ) -> LayerSweep:
+        """One probe per layer, scored held out, with its nulls: a layer sweep.
+
+        Parameters
+        ----------
+        model, records, hypothesis, labels
+            As in :meth:`fit`: the training records and their labels.
+        layers : sequence of str, optional
+            The layers, in order of depth (default: ``model.layers``).
+        test, test_labels : optional
+            Held-out records (and labels, with ``labels=``); without them, one record in
+            ``holdout`` (``i % holdout == holdout - 1``) is held out of ``records``.
+        untrained : dl.Model, optional
+            An untrained copy (``dl.verify.untrained_copy``): its AUROC per layer is a null.
+        n_boot, seed, level : int, int, float
+            The AUROC's percentile bootstrap over held-out records.
+        n_controls, n_directions : int
+            Control tasks and random directions per layer (:meth:`nulls`).
+        **params
+            The probe's parameters (``C``, ``penalty``, ``units``, ...; ``folds`` defaults
+            to None here: the sweep scores held out).
+
+        Returns
+        -------
+        LayerSweep
+            ``probes`` (layer to fitted probe), ``frame`` (one row per layer: ``layer,
+            depth, n_units, auroc, lo, hi, train_auroc, control_auroc, selectivity,
+            random_auroc, random_max, untrained_auroc``), ``chart()`` (AUROC against
+            depth with intervals and nulls) and ``best()``.
+        """
+        return run_sweep(
+            cls, model, records, hypothesis, layers=layers, labels=labels, test=test,
+            test_labels=test_labels, holdout=holdout, untrained=untrained, n_boot=n_boot,
+            n_controls=n_controls, n_directions=n_directions, seed=seed, level=level, **params,
         )  # fmt: skip
 
     # -- from a frame, to and from a file ----------------------------------------------

@@ -31,8 +31,25 @@ from scipy.special import expit
 
 from ..backend.errors import DNIError
 
+# the ROC statistics and the record bootstrap are the measures' (``roc_auc``,
+# ``recall_at_fpr``): one piece of code, re-exported here for the probe's reports
+from ..backend.measures._roc import FPRS, auroc, bootstrap, check_fpr, recall_at_fpr
+
+__all__ = [
+    "BINS",
+    "FPRS",
+    "auroc",
+    "bin_index",
+    "bootstrap",
+    "check_fpr",
+    "expected_calibration_error",
+    "f1_at_threshold",
+    "recall_at_fpr",
+    "reliability_table",
+    "summary",
+]
+
 BINS = ("equal_mass", "equal_width")
-FPRS = (0.01, 0.001)
 
 
 def _arrays(
@@ -47,48 +64,6 @@ def _arrays(
             "pass one value per symbol in each."
         )
     return s, y, w
-
-
-def roc_points(
-    scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ROC curve's (false-positive rate, true-positive rate) at every distinct score.
-
-    Starts at ``(0, 0)``; tied scores are one point. NaN arrays where a class is absent.
-    """
-    s, y, w = _arrays(scores, labels, weights)
-    order = np.argsort(-s, kind="stable")
-    s, y, w = s[order], y[order], w[order]
-    last = np.r_[s[1:] != s[:-1], True]  # the end of each run of tied scores
-    tp = np.r_[0.0, np.cumsum(w * y)[last]]
-    fp = np.r_[0.0, np.cumsum(w * (1 - y))[last]]
-    if tp[-1] <= 0 or fp[-1] <= 0:
-        return np.full(len(tp), np.nan), np.full(len(tp), np.nan)
-    return fp / fp[-1], tp / tp[-1]
-
-
-def auroc(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None) -> float:
-    """The area under the ROC curve (trapezoids, so ties count half); NaN for one class."""
-    fpr, tpr = roc_points(scores, labels, weights)
-    return float(np.trapezoid(tpr, fpr))
-
-
-def recall_at_fpr(
-    scores: np.ndarray, labels: np.ndarray, fpr: float, weights: np.ndarray | None = None
-) -> float:
-    """The highest recall of a threshold whose false-positive rate is at most ``fpr``."""
-    check_fpr(fpr)
-    x, tpr = roc_points(scores, labels, weights)
-    if np.isnan(tpr).all():
-        return float("nan")
-    # a float64 rate such as 3/300 can exceed 0.01 by an ulp: compare with a margin
-    return float(tpr[x <= fpr * (1 + 1e-12)].max())
-
-
-def check_fpr(fpr: float) -> None:
-    """An FPR outside (0, 1) is refused, naming the argument."""
-    if not (isinstance(fpr, (int, float)) and 0 < fpr < 1):
-        raise DNIError(f"fpr={fpr!r}: pass a false-positive rate strictly between 0 and 1.")
 
 
 def bin_index(prob: np.ndarray, n_bins: int, bins: str) -> np.ndarray:
@@ -155,48 +130,6 @@ def f1_at_threshold(
     tp = float((w * y)[hit].sum())
     denom = float(w[hit].sum() + (w * y).sum())
     return 2 * tp / denom if denom > 0 else 0.0
-
-
-def bootstrap(
-    statistic: Callable[[np.ndarray | None], float],
-    groups: np.ndarray,
-    n_boot: int = 1000,
-    seed: int | None = 0,
-    level: float = 0.95,
-) -> tuple[float, float, float, np.ndarray]:
-    """A percentile interval for ``statistic`` from resampling ``groups`` with replacement.
-
-    Parameters
-    ----------
-    statistic : callable
-        ``statistic(weights)``: the statistic over the rows, each row weighted by
-        ``weights`` (None: the sample itself).
-    groups : np.ndarray
-        ``(n_rows,)``: each row's record id. Records are drawn with replacement, as
-        many as there are; a record drawn twice weighs its rows twice. Pass
-        ``np.arange(n_rows)`` to resample rows (symbols) instead.
-    n_boot, seed, level : int, int or None, float
-        Replicates, the generator's seed, the interval's coverage.
-
-    Returns
-    -------
-    tuple
-        ``(value, lo, hi, replicates)``; replicates where the statistic is undefined
-        (one class drawn) are NaN and left out of the interval.
-    """
-    if not (isinstance(n_boot, int) and n_boot >= 1):
-        raise DNIError(f"n_boot={n_boot!r}: pass a positive number of bootstrap replicates.")
-    if not 0 < level < 1:
-        raise DNIError(f"level={level!r}: pass an interval coverage strictly between 0 and 1.")
-    _, row_group = np.unique(np.asarray(groups), return_inverse=True)
-    n = int(row_group.max()) + 1 if len(row_group) else 0
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
-    reps = np.array([statistic(c[row_group]) for c in counts])
-    alpha = (1 - level) / 2
-    ok = reps[~np.isnan(reps)]
-    lo, hi = np.quantile(ok, [alpha, 1 - alpha]) if ok.size else (np.nan, np.nan)
-    return float(statistic(None)), float(lo), float(hi), reps
 
 
 def summary(

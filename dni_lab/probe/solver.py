@@ -6,10 +6,11 @@ with the symbols read::
     L2:  mean log-loss + ||w||² / (2 C n)        L1:  mean log-loss + ||w||₁ / (C n)
 
 (intercept unpenalised), so a fit here and ``LogisticRegression(C=C, penalty=...)`` on the
-same standardised rows have one optimum. L2 is smooth: torch's L-BFGS with a strong-Wolfe
-line search in float64 solves it. L1 is not: it goes to the projected Newton solver of the
-``logreg`` measure (:func:`dni_lab.backend.measures._newton.newton`), as one column
-trained on every row, so a probe and the measure's probe zero the same coefficients.
+same standardised rows have one optimum. L2 is smooth: scipy's L-BFGS-B (the solver of
+scikit-learn's ``lbfgs``) in float64, on a closed-form gradient, solves it. L1 is not: it
+goes to the projected Newton solver of the ``logreg`` measure
+(:func:`dni_lab.backend.measures._newton.newton`), as one column trained on every row,
+so a probe and the measure's probe zero the same coefficients.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
+from scipy.optimize import minimize
 from torch.nn.functional import softplus
 
 from ..backend.measures._newton import Problem, initial_weights, newton
+from ..backend.measures._roc import auroc as roc_auroc
 
 _F64 = torch.float64
 
@@ -71,42 +73,27 @@ def fit_logistic(
 def _fit_l2(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
     n, d = X.shape
     lam = 1.0 / (C * n)
-    w = torch.zeros(d + 1, dtype=_F64, requires_grad=True)
-    with torch.no_grad():  # start at the base rate: the intercept's own optimum at w = 0
-        rate = float(y.mean())
-        w[0] = np.log(rate / (1 - rate))
+    w0 = np.zeros(d + 1)
+    rate = float(y.mean())  # start at the base rate: the intercept's own optimum at w = 0
+    w0[0] = np.log(rate / (1 - rate))
     sign = 1 - 2 * y  # log(1 + e^{-z}) for a positive row, log(1 + e^{z}) for a negative
 
-    def loss() -> torch.Tensor:
-        z = X @ w[1:] + w[0]
-        return softplus(z * sign).mean() + 0.5 * lam * (w[1:] ** 2).sum()
+    def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        # the gradient in closed form, two matrix-vector products: no autograd graph
+        wt = torch.from_numpy(w)
+        z = X @ wt[1:] + wt[0]
+        f = softplus(z * sign).mean() + 0.5 * lam * (wt[1:] ** 2).sum()
+        r = (torch.sigmoid(z) - y) / n
+        g = torch.cat([r.sum()[None], X.T @ r + lam * wt[1:]])
+        return float(f), g.numpy()
 
-    opt = torch.optim.LBFGS(
-        [w],
-        lr=1.0,
-        max_iter=max_iter,
-        tolerance_grad=tol,
-        tolerance_change=0.0,
-        history_size=20,
-        line_search_fn="strong_wolfe",
-    )
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        f = loss()
-        f.backward()
-        return f
-
-    with torch.enable_grad():
-        opt.step(closure)
-        opt.zero_grad()
-        g = torch.autograd.grad(loss(), w)[0]
-    steps = int(opt.state[w].get("n_iter", 0))
+    # scipy's L-BFGS-B (scikit-learn's lbfgs solver): ftol=0, so it stops on the gradient
+    opts = {"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 20}
+    res = minimize(loss_grad, w0, jac=True, method="L-BFGS-B", options=opts)
     # L-BFGS also stops when a line search cannot decrease further (float64's floor);
     # within 10·tol of the stationary point that is as converged as float64 allows
-    converged = bool(g.abs().max() <= 10 * tol)
-    wd = w.detach()
-    return LogisticFit(wd[1:].numpy().copy(), float(wd[0]), steps, converged)
+    converged = bool(np.abs(loss_grad(res.x)[1]).max() <= 10 * tol)
+    return LogisticFit(res.x[1:].copy(), float(res.x[0]), int(res.nit), converged)
 
 
 def _fit_l1(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
@@ -170,15 +157,10 @@ def f1_threshold(prob: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 def auroc(scores: np.ndarray, y: np.ndarray) -> float:
     """The area under the ROC curve of ``scores`` for 0/1 ``y``; ties count half.
 
-    The Mann–Whitney statistic from average ranks, in float64: what
+    The measures' code (:func:`dni_lab.backend.measures._roc.auroc`): what
     ``sklearn.metrics.roc_auc_score`` computes, to rounding.
     """
-    y = np.asarray(y, dtype=bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    ranks = rankdata(np.asarray(scores, dtype=np.float64))
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return roc_auroc(scores, np.asarray(y, dtype=np.float64))
 
 
 def warn_unconverged(fit: LogisticFit, penalty: str, tol: float, max_iter: int) -> None:

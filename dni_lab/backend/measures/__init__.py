@@ -25,6 +25,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "iou": ("iou", "IoU"),
     "local_iou": ("iou", "LocalIoU"),
     "auroc": ("auroc", "AUROC"),
+    "roc_auc": ("roc", "ROCAUC"),
+    "recall_at_fpr": ("roc", "RecallAtFPR"),
     "prf1": ("prf1", "PRF1"),
     "lda": ("lda", "LDA"),
 }

@@ -54,6 +54,7 @@ from ._common import (
     opening_reasons,
     set_reason,
 )
+from ._roc import auc_of_counts
 from .base import Measure, MeasureResult, StateShape
 from .corr import Corr
 
@@ -83,14 +84,6 @@ class Classes:
     neg: torch.Tensor
     loo_pos: torch.Tensor
     loo_neg: torch.Tensor
-
-
-def _auc(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-    """AUROC over the cell axis (-2) of ``(..., C, H)`` counts: ties count half."""
-    below = neg.cumsum(-2) - neg
-    wins = (pos * (below + 0.5 * neg)).sum(-2)
-    pairs = pos.sum(-2) * neg.sum(-2)
-    return torch.where(pairs > 0, wins / pairs.clamp_min(1.0), torch.nan)
 
 
 def jackknife_err(loo: np.ndarray, full: np.ndarray, confidence: float) -> np.ndarray:
@@ -275,11 +268,11 @@ class AUROC(Measure):
     def result(self, state: RankState, confidence: float = 0.95) -> MeasureResult:
         reason = self.reasons(state)
         c = self.classes(state)
-        score = (2 * _auc(c.pos, c.neg) - 1).cpu().numpy()
+        score = (2 * auc_of_counts(c.pos, c.neg) - 1).cpu().numpy()
         score = np.where(reason == None, score, np.nan)  # noqa: E711
         err = np.full(score.shape, np.nan)
         if self.has_jackknife(state):
-            loo = (2 * _auc(c.loo_pos, c.loo_neg) - 1).cpu().numpy()
+            loo = (2 * auc_of_counts(c.loo_pos, c.loo_neg) - 1).cpu().numpy()
             err = jackknife_err(loo, score, confidence)
         und = np.zeros(score.shape[1]) if state.n_undef is None else state.n_undef.cpu().numpy()
         return MeasureResult(score, score.copy(), err, reason, n_undefined=und)
