@@ -1,5 +1,7 @@
 """The chart of an activation-patching check (``dl.verify.patching``): the tested set's
-recovered share of the metric against the random sets'."""
+recovered share of the metric against the random sets'; a patching grid
+(``dl.verify.patch_grid`` / ``attribution_grid``) is drawn as its heatmap
+(:mod:`._patch_grid`)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,14 @@ def patching_chart(result: Any) -> Built:
     recovers (0: none, 1: all), the tested set in red, random sets in grey.
 
     ``result`` is what ``dl.verify.patching`` returns (``frame``, ``summary``) or its frame
-    (``set``, ``draw``, ``recovered``, ``metric``, ``units``).
+    (``set``, ``draw``, ``recovered``, ``metric``, ``units``); a grid's result (``layer``,
+    ``head``, ``position`` columns) is drawn by :func:`._patch_grid.patch_grid_chart`.
     """
     frame = result.frame if hasattr(result, "frame") else result
+    if {"layer", "head", "position"} <= set(frame.columns):  # a grid: its heatmap
+        from ._patch_grid import patch_grid_chart
+
+        return patch_grid_chart(result)
     df = frame.select(
         "set", "draw", "recovered", "metric",
         label=pl.when(pl.col("set") == "tested").then(pl.lit("tested"))

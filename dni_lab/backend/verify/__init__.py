@@ -12,19 +12,24 @@ under test with random unit sets of the same size, or the scores with a null:
   corrupted ones and measure a metric (a logit difference), against random sets;
 * :func:`attribution_patching` — every unit's (head's) patching effect at once, from
   the gradient of the metric (:class:`MetricGradients`), optionally against exact patching;
+* :func:`patch_grid`, :func:`attribution_grid` — TransformerLens-style patching grids
+  (layer × position, layer × head) in one call, each with a null grid, and their
+  gradient estimate checked against the exact grid;
 * :func:`generative` — force units while sampling and count how often the
   hypothesis fires in the output (Luigi, DNI paper);
 * :func:`permutation_test`, :func:`bh_qvalues`, :func:`with_qvalues`,
   :func:`untrained_baseline`, :func:`selectivity` — significance and controls.
 
 The checks live in this package's modules (perturb, ablate, force, generate,
-patching, attribution, gradients, controls, stats, rules, common); this module is their public face.
+patching, patch_grid, attribution_grid, grid_sites, grid_replay, attribution, gradients,
+controls, stats, rules, common); this module is their public face.
 """
 
 from __future__ import annotations
 
 from .ablate import ablation, next_symbol_accuracy, oracle
 from .attribution import attribution_patching
+from .attribution_grid import attribution_grid
 from .common import RandomSetOptions, Verification, random_unit_sets
 from .controls import (
     ControlTask,
@@ -36,6 +41,7 @@ from .controls import (
 from .force import force_units
 from .generate import generative
 from .gradients import GradientOf, MetricGradients
+from .patch_grid import patch_grid
 from .patching import logit_difference, patching
 from .perturb import perturbation, silhouette_score
 from .rules import (
@@ -61,6 +67,7 @@ __all__ = [
     "SwapRules",
     "Verification",
     "ablation",
+    "attribution_grid",
     "attribution_patching",
     "bh_qvalues",
     "candidates",
@@ -72,6 +79,7 @@ __all__ = [
     "logit_difference",
     "next_symbol_accuracy",
     "oracle",
+    "patch_grid",
     "patching",
     "permutation_test",
     "perturbation",
