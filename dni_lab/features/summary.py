@@ -18,10 +18,11 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..backend.engine.levels import decided_for_model
 from ..backend.errors import DNIError
 from ..backend.extraction.extract import Extractor, on_device, resolve_device, symbol_mask
 from ..backend.extraction.models import Model
-from ..backend.hypothesis.hypotheses import for_model, hypothesis_block
+from ..backend.hypothesis.hypotheses import hypothesis_block
 from ..backend.verify.common import single_signal, symbols_of
 from .base import FeatureSet
 from .quality import blocks, hook_address
@@ -178,14 +179,15 @@ def _examples(model, records, acts, hypothesis, n_bins, per_bin) -> pl.DataFrame
         return pl.DataFrame(schema=schema)
     ranked = active[np.argsort(peaks[active], kind="stable")]  # ascending peak
     fam = single_signal(hypothesis) if hypothesis is not None else None
+    # the level decided once over the records, as a run does: never from one record's counts
+    aligned = decided_for_model(model, [fam], records)[0] if fam is not None else None
     rows = []
     for b, part in enumerate(np.array_split(ranked, min(n_bins, len(ranked)))):
         for rec in part[::-1][:per_bin]:  # the highest of the bin first
             rec = int(rec)
             a = acts[rec]
             h = None
-            if fam is not None:
-                (aligned,) = for_model([fam], model)
+            if aligned is not None:
                 h = hypothesis_block([aligned], [records[rec]], [len(a)], rec, None)[0, : len(a), 0]
             for t, text in enumerate(_texts(model, records[rec], len(a))):
                 row = {"bin": b, "record": rec, "position": t, "symbol": text,

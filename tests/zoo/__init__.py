@@ -137,7 +137,7 @@ def vectors(n: int = 10, d: int = 9, seed: int = 0) -> list:
 
 def load_all() -> dict[str, Entry]:
     """Import every builder module (they register themselves) and return the zoo."""
-    from . import cnn, containers, outputs, sequence, tensors, vision  # noqa: F401
+    from . import cnn, containers, outputs, sequence, tensors, undeclared, vision  # noqa: F401
 
     return ZOO
 

@@ -14,11 +14,12 @@ provenance keeps the same rows under ``"levels"``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 import polars as pl
 
-from ..hypothesis.hypotheses import as_family
+from ..hypothesis.hypotheses import as_family, for_model
 from ..hypothesis.levels import SCAN, LevelDecision, ask
 from .declarations import layout_rows
 from .folding import _Space, _symbol_spaces
@@ -175,3 +176,45 @@ def check(
                            pl.DataFrame(rows, schema=schema)])  # fmt: skip
         record["layouts"] = rows
     return attach(frame, record)
+
+
+def decided_for_model(model: Any, families: Sequence[Any], records: Sequence[Any],
+                      first: int = 0) -> list[Any]:  # fmt: skip
+    """``families`` as ``model`` reads them outside a run, each level decided once.
+
+    ``dl.verify`` and feature summaries read hypotheses without ``dl.inspect``; a level
+    decided per record would stop at a record whose character and token counts coincide
+    (``'9'``), which is evidence of nothing. This is the run's decision
+    (:func:`decide_levels`): from the first records whose counts differ, kept on each
+    aligned family, so such a record is then read at the decided level.
+
+    Parameters
+    ----------
+    model : dl.Model
+        The model whose symbols the families are read at.
+    families : sequence of HypothesisFamily
+        The families as given (not yet aligned).
+    records : sequence
+        The records the families will be read on; at most
+        :data:`~..hypothesis.levels.SCAN` of the first are looked at (a sequence: the
+        caller reads them again).
+    first : int
+        The position of the first record, for the messages.
+
+    Returns
+    -------
+    list of HypothesisFamily
+        One per family, as :func:`~..hypothesis.hypotheses.for_model` gives it, with its
+        level decided.
+
+    Raises
+    ------
+    LevelError
+        Once, listing every family whose level these records cannot decide.
+    """
+    if iter(records) is records:  # a generator would lose the records looked at here
+        raise TypeError("decided_for_model needs the records as a sequence (a list).")
+    fams = for_model(list(families), model)
+    sample = list(enumerate(islice(records, SCAN), start=first))
+    ask([f.decide(sample) for f in fams if getattr(f, "decide", None) is not None])
+    return fams

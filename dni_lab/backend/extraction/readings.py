@@ -321,11 +321,14 @@ class Readings:
         where = f"layer {address!r} of model {self.name!r}"
         x = layout.view(t, counts, self._image_hw(layout, t, records, address), where)
         if x.shape[0] != len(records):
-            raise LayerError(
-                f"{where} is read with layout {layout} as {x.shape[0]} records, but the "
-                f"block has {len(records)}; declare the layout (Model(layouts=...)) that puts "
-                "the records on the axis 'n'."
-            )
+            if t.shape[0] == sum(counts):  # one row per symbol of every record: frames
+                fix = (f"its first axis has one row per symbol of every record (frames on the "
+                       f"batch axis): declare dl.Model(..., layouts={{{address!r}: 'f u'}}) "
+                       "('f u r' with reduce= for a map)")  # fmt: skip
+            else:
+                fix = "declare the layout (Model(layouts=...)) that puts the records on the axis 'n'"
+            raise LayerError(f"{where} is read with layout {layout} as {x.shape[0]} records, but "
+                             f"the block has {len(records)}; {fix}.")  # fmt: skip
         prefix = self.prefix_of(address)
         x = x[:, prefix:] if prefix else x
         if x.shape[1] != T and not (self.padded and x.shape[1] > T):

@@ -19,11 +19,12 @@ import polars as pl
 import torch
 
 from .. import api
+from ..engine.levels import decided_for_model
 from ..engine.params import keyword_options
 from ..errors import DNIError
 from ..extraction.extract import on_device, resolve_device
 from ..extraction.models import Model
-from ..hypothesis.hypotheses import for_model, hypothesis_block
+from ..hypothesis.hypotheses import hypothesis_block
 from .common import (
     RandomSetOptions,
     RandomSets,
@@ -310,7 +311,7 @@ def oracle(
     """
     draws = keyword_options(RandomSets, "oracle", options)
     raw = single_signal(hypothesis)
-    fam = for_model([raw], model)[0]  # a transformer reads it per token
+    fam = decided_for_model(model, [raw], records)[0]  # per token, its level decided once
     n_sym = [model.symbols(r) for r in records]
     lo, hi = _signal_range(fam, records, n_sym, draws.batch_size)
     if hi <= lo:

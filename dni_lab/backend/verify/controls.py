@@ -26,8 +26,9 @@ import torch
 from torch import nn
 
 from .. import api
+from ..engine.levels import decided_for_model
 from ..extraction.models import Model
-from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family, for_model
+from ..hypothesis.hypotheses import HypothesisFamily, evaluate_family
 from ..measures import get_measure
 from .common import Verification, single_signal, symbols_of
 
@@ -191,7 +192,7 @@ def control_task(
     (character values pooled onto tokens), so the control is at the level the probe is.
     """
     fam = single_signal(hypothesis)
-    read = fam if model is None else for_model([fam], model)[0]
+    read = fam if model is None else decided_for_model(model, [fam], records)[0]
     values, types = [], set()
     for i, r in enumerate(records):
         kinds = symbol_types(model, r)

@@ -26,13 +26,14 @@ import polars as pl
 import torch
 
 from ..engine.frames import score_rows
+from ..engine.levels import decided_for_model
 from ..engine.params import check_workers
 from ..engine.qvalues import bh_qvalues, with_qvalues  # noqa: F401  (dl.verify's names)
 from ..engine.resolve import as_families, normalize_units, resolve_units
 from ..errors import DNIError
 from ..extraction.extract import Extractor, on_device, resolve_device, symbol_mask
 from ..extraction.models import Model
-from ..hypothesis.hypotheses import for_model, hypothesis_block
+from ..hypothesis.hypotheses import hypothesis_block
 from ..measures.corr import Corr
 from .common import batches
 
@@ -191,7 +192,9 @@ def permutation_test(
     with on_device(model, dev):
         mp = resolve_units(model, normalize_units(units), list(records[:2]), dev)
         # a transformer reads tokens: character and word hypotheses are aligned to them
-        blocks = _blocks(model, mp, for_model(fams, model), records, dev, batch_size)
+        # each level decided once from the records whose counts differ, as a run does
+        read = decided_for_model(model, fams, records)
+        blocks = _blocks(model, mp, read, records, dev, batch_size)
     movable = sum(b - a for *_, strata in blocks for a, b in strata if b - a > 1)
     if movable == 0:  # every permutation is the identity: every p-value would be 1
         raise DNIError(
