@@ -55,7 +55,10 @@ CONVERTED = [
     ),
     *(
         REPO / "docs" / f"{name}.md"
-        for name in ("features", "notebooks", "notebook", "queries", "byo_model", "scorecard", "from_transformerlens")
+        for name in (
+            "features", "notebooks", "notebook", "queries", "byo_model", "scorecard",
+            "from_transformerlens",
+        )
     ),
     REPO / "docs" / "architecture.md",
     # the seed models' figures: benchmarks/model_figures.py reads them from the model store

@@ -326,7 +326,8 @@ class Readings:
                        f"batch axis): declare dl.Model(..., layouts={{{address!r}: 'f u'}}) "
                        "('f u r' with reduce= for a map)")  # fmt: skip
             else:
-                fix = "declare the layout (Model(layouts=...)) that puts the records on the axis 'n'"
+                fix = ("declare the layout (Model(layouts=...)) that puts the records on the "
+                       "axis 'n'")
             raise LayerError(f"{where} is read with layout {layout} as {x.shape[0]} records, but "
                              f"the block has {len(records)}; {fix}.")  # fmt: skip
         prefix = self.prefix_of(address)
