@@ -19,12 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..backend.engine.levels import decided_for_model
 from ..backend.engine.provenance import RecordsHash, weights_sha256
 from ..backend.engine.resolve import as_records
 from ..backend.errors import DNIError, HypothesisError, LayerError
 from ..backend.extraction.activations import activations
 from ..backend.extraction.models import Model
-from ..backend.hypothesis.hypotheses import as_family, for_model, hypothesis_block
+from ..backend.hypothesis.hypotheses import as_family, hypothesis_block
 
 
 @dataclass
@@ -76,6 +77,8 @@ def read(
         ``layer`` is not a layer of ``model`` (the message lists the ones it has).
     DNIError
         No records; ``labels`` of the wrong length (per record or per symbol).
+    LevelError
+        An undeclared level that no record's counts decide (decided once, for all records).
     """
     recs = list(as_records(records))  # read twice: activations, then labels
     if not recs:
@@ -83,7 +86,8 @@ def read(
     name = layer if units is None else (layer, list(units))
     family = None
     if hypothesis is not None:
-        family = for_model([as_family(hypothesis)], model)[0]
+        # the level decided once, from the records whose counts differ (a '9' alone says nothing)
+        family = decided_for_model(model, [as_family(hypothesis)], recs)[0]
         if len(family.signals()) != 1:
             raise HypothesisError(
                 f"hypothesis {family.name!r} has {len(family.signals())} signals; a probe fits "

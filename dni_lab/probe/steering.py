@@ -21,9 +21,10 @@ import numpy as np
 import polars as pl
 import torch
 
+from ..backend.engine.levels import decided_for_model
 from ..backend.errors import DNIError
 from ..backend.hf.generation import generate
-from ..backend.hypothesis.hypotheses import as_family, for_model, hypothesis_block
+from ..backend.hypothesis.hypotheses import as_family, hypothesis_block
 from .reading import as_model, binary_targets, read
 
 
@@ -67,6 +68,9 @@ def steering_vector(
     DNIError
         Neither a hypothesis nor a probe (or both); a hypothesis that never holds or
         always does on ``records``; an unfitted probe.
+    LevelError
+        The hypothesis's level is not declared and no record of ``records`` separates
+        its possible levels (it is decided once, from the records whose counts differ).
     """
     if probe is not None:
         if records is not None or hypothesis is not None:
@@ -119,7 +123,8 @@ def hypothesis_rates(model: Any, hypothesis: Any, texts: Sequence[str]) -> np.nd
 
     NaN values (undefined there) are left out; a text with no defined symbol is NaN.
     """
-    family = for_model([as_family(hypothesis)], model)[0]
+    # decided once over all the texts: a one-token text alone does not say the level
+    family = decided_for_model(model, [as_family(hypothesis)], list(texts))[0]
     if len(family.signals()) != 1:
         raise DNIError(f"hypothesis {family.name!r} has {len(family.signals())} signals; "
                        "steering reports one.")  # fmt: skip
@@ -226,7 +231,6 @@ def steering_report(
         "condition": pl.String, "rate": pl.Float64, "diff_vs_null": pl.Float64,
         "ci_low": pl.Float64, "ci_high": pl.Float64, "n_prompts": pl.Int64,
     })  # fmt: skip
-
 
 
 def _nanmean(a: np.ndarray, axis: int | None = None) -> Any:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and the API reference
     from ._base import Panel, link_selection, selection_key
+    from ._patch_grid import patch_grid_chart
     from ._patching import patching_chart
     from .charts import epoch_scores, heatmap, sorted_scores, verification
     from .feature_dashboard import FeatureDashboard
@@ -42,6 +43,7 @@ _HOMES = {
     "FeatureDashboard": "feature_dashboard",
     "ImageOverlay": "image_overlay",
     "Lab": "lab",
+    "patch_grid_chart": "_patch_grid",
     "patching_chart": "_patching",
     "Plot": "plots",
     "to_svg": "plots",
@@ -67,6 +69,7 @@ __all__ = [
     "epoch_scores",
     "heatmap",
     "link_selection",
+    "patch_grid_chart",
     "patching_chart",
     "progress_text",
     "selection_key",

@@ -18,6 +18,7 @@ import traitlets
 
 from . import charts
 from ._base import Panel, as_selection, esm, selection_key
+from ._patch_grid import patch_grid_chart
 from ._patching import patching_chart
 
 KINDS: dict[str, Callable[..., charts.Built]] = {
@@ -26,6 +27,7 @@ KINDS: dict[str, Callable[..., charts.Built]] = {
     "heatmap": charts.heatmap,
     "verification": charts.verification,
     "patching": patching_chart,
+    "patch_grid": patch_grid_chart,
 }
 _HREF = re.compile(r'xlink:href="[^"#]*#dni=')
 _RENDER_LOCK = threading.Lock()  # vl-convert's engine is shared by the process
@@ -49,8 +51,9 @@ class Plot(Panel):
 
     Parameters
     ----------
-    kind : {"sorted", "epochs", "heatmap", "verification", "patching"}
-        Which chart (:mod:`dni_lab.widgets.charts`; ``"patching"``: :func:`.patching_chart`).
+    kind : {"sorted", "epochs", "heatmap", "verification", "patching", "patch_grid"}
+        Which chart (:mod:`dni_lab.widgets.charts`; ``"patching"``: :func:`.patching_chart`;
+        ``"patch_grid"``: :func:`.patch_grid_chart`).
     source : polars.DataFrame or verification result
         What to plot.
     **options

@@ -109,6 +109,10 @@ def ask_declarations(decisions: Iterable[LevelDecision], layouts: Iterable[str])
 def layout_rows(model: Any, units: Any, sample: Sequence[Any]) -> list[dict[str, Any]]:
     """``dl.check``'s rows for the layers ``units`` names on ``model`` (default units
     when None): one per layer, the reading chosen and how, or the question (``"asked"``).
+
+    A layer whose chosen layout does not read one row per record on the probe's sample
+    (frames on the batch axis, a position table) is a question too, with the fix a run
+    would name: ``dl.check`` marks read only what ``dl.inspect`` reads.
     """
     if sample:
         for layer in _named_now(units, model):
@@ -120,14 +124,32 @@ def layout_rows(model: Any, units: Any, sample: Sequence[Any]) -> list[dict[str,
     for a in wanted:
         r = report.get(a) or {"layout": None, "how": "no output",
                               "evidence": "the probe pass saw no tensor from it"}  # fmt: skip
+        if r["layout"] is not None or r["how"] == "no output":
+            refused = _refusal(model, a)  # the run's own refusal, with its fix
+            if refused is not None:
+                r = refused if r["layout"] is not None else {**r, "evidence": refused["evidence"]}
         rows.append({"hypothesis": None, "model": model.name, "level": None,
                      "decided_by": r["how"], "records": 0, "options": [],
                      "evidence": r["evidence"], "layer": a, "layout": r["layout"]})  # fmt: skip
     return rows
 
 
+def _refusal(model: Any, address: str) -> dict[str, Any] | None:
+    """The question ``dl.inspect`` would ask of a layer whose layout a rule or probe chose.
+
+    The probe pass also reads every layer on its own sample (the record-count check of
+    :meth:`~..extraction.readings.Readings.symbol_view`): a layer that puts frames (or no
+    records at all) on its first axis has a layout, but no one row per record, and a run
+    refuses it before any block with the one-line fix. ``dl.check`` must say the same.
+    """
+    try:
+        model.check_readable(address)
+    except LayerError as exc:
+        return {"layout": None, "how": "asked", "evidence": str(exc)}
+    return None
+
+
 def _device(model: Any) -> torch.device:
     for p in model.module.parameters():
         return p.device
     return torch.device("cpu")
-

@@ -22,7 +22,7 @@ import torch
 
 from ..engine.resolve import ModelUnits, is_feature_set, resolve_units
 from ..errors import DNIError
-from ..hypothesis.hypotheses import HypothesisFamily, as_family, for_model, hypothesis_block
+from ..hypothesis.hypotheses import HypothesisFamily, as_family, hypothesis_block
 from .extract import Extractor, on_device, resolve_device, symbol_mask
 from .models import Model
 
@@ -151,6 +151,7 @@ class BehaviorSource:
         self._extractors: dict[tuple[str, str, int], Extractor] = {}
         self._peaks: dict[tuple[str, str, int], np.ndarray] = {}
         self._copies: dict[str, tuple[tuple[int, ...], Model]] = {}
+        self._levels: dict[tuple[str, int], tuple[Model, HypothesisFamily]] = {}
 
     def model(self, mid: str) -> Model:
         """A private copy of model ``mid``, renewed when the original's weights change.
@@ -217,8 +218,22 @@ class BehaviorSource:
         recs = [self.records[i] for i in indices]
         n = [model.symbols(r) for r in recs]
         first = int(indices[0]) if len(indices) else 0
-        H = hypothesis_block(for_model([fam], model), recs, n, first, None)
+        H = hypothesis_block([self._decided(hid, fam, model)], recs, n, first, None)
         return [H[i, : n[i], col].astype(np.float32) for i in range(len(recs))]
+
+    def _decided(self, hid: str, fam: HypothesisFamily, model: Model) -> HypothesisFamily:
+        """``fam`` as ``model`` reads it, its level decided once from all the records.
+
+        Deciding per shown record would stop on one whose counts coincide (``'9'``);
+        the decision is kept per hypothesis and model (a renewed copy decides again).
+        """
+        from ..engine.levels import decided_for_model  # the engine imports extraction
+
+        have = self._levels.get((hid, id(model)))
+        if have is None or have[0] is not model:  # the model is kept, so its id is not reused
+            have = (model, decided_for_model(model, [fam], self.records)[0])
+            self._levels[hid, id(model)] = have
+        return have[1]
 
     def peaks(self, sel: Mapping[str, Any]) -> np.ndarray:
         """``(n_records, 2)``: each record's minimum and maximum behavior (cached per unit)."""
