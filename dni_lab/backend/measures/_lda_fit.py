@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ._common import F64
@@ -113,7 +114,8 @@ def stack(grams: list[Gram]) -> Gram:
 
 
 def row_grams(X: torch.Tensor, Y: torch.Tensor, part: torch.Tensor, P: int) -> Gram:
-    """``(P, ...)`` Grams of the rows of each part: ``X`` ``(n, U)``, ``Y`` ``(n, O)`` float32.
+    """``(P, ...)`` Grams of the rows of each part: ``X`` ``(n, U)`` float32, ``Y`` ``(n, O)``
+    0/1 (float32 or bool).
 
     Each part is centred on its own float32 mean before its float32 GEMM, and the mean's
     residual taken out in float64 (``Σ(x-m)(y-m') = C + n·rx·ry``), as ``ridge`` does.
@@ -128,7 +130,7 @@ def row_grams(X: torch.Tensor, Y: torch.Tensor, part: torch.Tensor, P: int) -> G
         start += c
         if c == 0:
             continue
-        Xp, Yp = X.index_select(0, rows), Y.index_select(0, rows)
+        Xp, Yp = X.index_select(0, rows), Y.index_select(0, rows).to(X.dtype)
         mu, my = Xp.mean(0), Yp.mean(0)
         Xp.sub_(mu)
         Yp.sub_(my)
@@ -201,8 +203,45 @@ def predict(X: torch.Tensor, folds: torch.Tensor, f: Fit, k: int,
         if len(idx):
             w = f.w[fo]
             off = f.off[fo] + c64 @ w
-            z[idx] = (X.index_select(0, idx) - center) @ w.float() + off.float()
+            z[idx] = torch.addmm(off.float(), X.index_select(0, idx).sub_(center), w.float())
     return z
+
+
+def _bin(z: torch.Tensor, bins: int, span: float) -> torch.Tensor:
+    """Each logit's histogram bin, int32 (``bins`` bins over ``[-span, span]``)."""
+    b = z.clamp(-span, span).add_(span).mul_(bins / (2 * span)).to(torch.int32)
+    return b.clamp_(0, bins - 1)
+
+
+def _slots(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, k: int, bins: int,
+           span: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Each (row, output)'s histogram slot ``((fold · O + o) · 2 + y) · bins + bin``, int32,
+    built in place (``k·O·2·bins`` is far below 2**31: rows × outputs int64 temporaries
+    made this pass memory-bound, ~4x slower), and each row's logit bin."""
+    O = z.shape[1]
+    b = _bin(z, bins, span)
+    idx = b.clone().add_(y, alpha=bins)
+    idx.add_((folds.to(torch.int32) * (O * 2 * bins))[:, None])
+    idx.add_((torch.arange(O, dtype=torch.int32, device=z.device) * (2 * bins))[None, :])
+    return idx, b
+
+
+def _edges(hist: torch.Tensor, rule: str, bins: int) -> torch.Tensor:
+    """``(k, O)`` each fold's threshold edge from the ``(k, O, 2, bins)`` histogram: the
+    rule's best over the *other* folds' rows; ties go to the edge nearest 0."""
+    other = hist.sum(0, keepdim=True) - hist  # (k, O, 2, bins)
+    # predicted positive where bin >= e, for e in 0..bins: counts at or above each edge
+    above = torch.cat([other.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(other[..., :1])], -1)
+    tp, fp = above[:, :, 1], above[:, :, 0]
+    pos, neg = other[:, :, 1].sum(-1, keepdim=True), other[:, :, 0].sum(-1, keepdim=True)
+    if rule == "accuracy":
+        score = tp + (neg - fp)
+    else:
+        score = 2 * tp / (2 * tp + fp + (pos - tp)).clamp_min(1e-300)
+    # ties: the edge nearest the Gaussian threshold (edge bins // 2)
+    near = -(torch.arange(bins + 1, device=hist.device) - bins // 2).abs().to(F64) * 1e-12
+    score = score / score.abs().amax(-1, keepdim=True).clamp_min(1e-300) + near
+    return score.argmax(-1)
 
 
 def thresholds(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, defined: torch.Tensor | None,
@@ -219,29 +258,45 @@ def thresholds(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, defined: t
     if rule == "gaussian":
         return z > 0
     O = z.shape[1]
-    b = ((z.clamp(-span, span) + span) * (bins / (2 * span))).to(torch.int32).clamp_(0, bins - 1)
-    # the histogram slot of each (row, output), built in place in int32 (k·O·2·bins is far
-    # below 2**31): rows × outputs int64 temporaries made this pass memory-bound, ~4x slower
-    idx = y.to(torch.int32).mul_(bins).add_(b)
-    idx.add_((folds.to(torch.int32) * (O * 2 * bins))[:, None])
-    idx.add_((torch.arange(O, dtype=torch.int32, device=z.device) * (2 * bins))[None, :])
+    idx, b = _slots(z, y, folds, k, bins, span)
     size = k * O * 2 * bins
     if defined is None:
         hist = torch.bincount(idx.view(-1), minlength=size).to(F64)
     else:
         hist = torch.bincount(idx.view(-1), weights=defined.reshape(-1).to(F64), minlength=size)
-    hist = hist.view(k, O, 2, bins)
-    other = hist.sum(0, keepdim=True) - hist  # (k, O, 2, bins)
-    # predicted positive where bin >= e, for e in 0..bins: counts at or above each edge
-    above = torch.cat([other.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(other[..., :1])], -1)
-    tp, fp = above[:, :, 1], above[:, :, 0]
-    pos, neg = other[:, :, 1].sum(-1, keepdim=True), other[:, :, 0].sum(-1, keepdim=True)
-    if rule == "accuracy":
-        score = tp + (neg - fp)
-    else:
-        score = 2 * tp / (2 * tp + fp + (pos - tp)).clamp_min(1e-300)
-    # ties: the edge nearest the Gaussian threshold (edge bins // 2)
-    near = -(torch.arange(bins + 1, device=z.device) - bins // 2).abs().to(F64) * 1e-12
-    score = score / score.abs().amax(-1, keepdim=True).clamp_min(1e-300) + near
-    edge = score.argmax(-1)  # (k, O)
+    edge = _edges(hist.view(k, O, 2, bins), rule, bins)  # (k, O)
     return b >= edge[folds]
+
+
+def confusion(z: torch.Tensor, y: torch.Tensor, folds: torch.Tensor, defined: torch.Tensor | None,
+              group: torch.Tensor, k: int, n_groups: int, rule: str, bins: int,
+              span: float) -> np.ndarray:  # fmt: skip
+    """``(3, n_groups, O)`` true positive, false positive and false negative counts of
+    :func:`thresholds`' predictions per record group (``group`` ``(n,)``), where defined.
+
+    The same counts as thresholding every row and adding up its hits, without building
+    the predictions as booleans: each (row, output) cell becomes its outcome code
+    ``2·predicted + y`` (4 where undefined) in place, and one integer histogram over
+    (group, output, outcome) counts them.
+    """
+    O = z.shape[1]
+    dev = z.device
+    if rule == "gaussian":
+        code = (z > 0).to(torch.int32).mul_(2).add_(y)
+    else:
+        idx, code = _slots(z, y, folds, k, bins, span)
+        size = k * O * 2 * bins
+        if defined is not None:  # undefined cells go to a slot of their own, then dropped
+            idx.masked_fill_(~defined, size)
+        hist = torch.bincount(idx.view(-1), minlength=size + 1)[:size].to(F64)
+        del idx
+        edge = _edges(hist.view(k, O, 2, bins), rule, bins).to(torch.int32)  # (k, O)
+        # predicted where bin >= edge: bin - edge clamped to [-1, 0], plus 1, is 0 or 1
+        code.sub_(edge.index_select(0, folds)).clamp_(-1, 0).add_(1).mul_(2).add_(y)
+    if defined is not None:
+        code.masked_fill_(~defined, 4)
+    code.add_((group.to(torch.int32) * (O * 5))[:, None])
+    code.add_((torch.arange(O, dtype=torch.int32, device=dev) * 5)[None, :])
+    counts = torch.bincount(code.view(-1), minlength=n_groups * O * 5)
+    counts = counts.view(n_groups, O, 5)
+    return counts[..., [3, 2, 1]].permute(2, 0, 1).to(F64).cpu().numpy()

@@ -36,15 +36,11 @@ def probe_scores(
             why = f"{name} fits each category of {i.parent!r} itself: see its rows"
             set_reason(reason, (np.arange(n_h) == j)[None, :], why)
     if len(state.out_hyp) and len(state.X):
-        if state.defined is None:
-            frac = state.Y.mean(0).cpu().numpy()
-        else:  # over the rows where each output is defined
-            d = state.defined.float()
-            frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
+        some, always = _class_presence(state)
         const = np.zeros(n_h, dtype=bool)
         for j in np.unique(state.out_hyp):
-            top = frac[state.out_hyp == j].max()
-            const[j] = top <= 0 or top >= 1  # never or always true: nothing to probe
+            sel = state.out_hyp == j
+            const[j] = not some[sel].any() or always[sel].any()  # nothing to probe
         set_reason(reason, const[None, :], "hypothesis is constant over the symbols read")
     if check is None and len(state.X):
         set_reason(reason, True, "no score yet")
@@ -58,3 +54,21 @@ def probe_scores(
     und = np.zeros(n_h) if state.n_undef is None else state.n_undef.cpu().numpy()
     return MeasureResult(unit, group, err, reason, np.broadcast_to(group_err, shape),
                          n_undefined=und)  # fmt: skip
+
+
+def _class_presence(state) -> tuple[np.ndarray, np.ndarray]:
+    """Per output: some defined row is positive; every defined row is (and one exists).
+
+    ``lda`` counts the records of each class as it reads (``seen``); otherwise from the
+    rows kept, over the rows where each output is defined.
+    """
+    seen = getattr(state, "seen", None)
+    if seen is not None:
+        pos, neg = seen.cpu().numpy() > 0
+        return pos, pos & ~neg
+    if state.defined is None:
+        frac = state.Y.float().mean(0).cpu().numpy()
+    else:
+        d = state.defined.float()
+        frac = ((state.Y * d).sum(0) / d.sum(0).clamp_min(1)).cpu().numpy()
+    return frac > 0, frac >= 1

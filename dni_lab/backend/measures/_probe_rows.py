@@ -122,9 +122,15 @@ def record_groups(code: torch.Tensor, rec: torch.Tensor, n_groups: int) -> torch
     first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
     occ = torch.empty_like(rcode)
     occ[order] = torch.arange(len(rcode), device=code.device) - first
+    return group_hash(rcode, occ, n_groups)[inv]
+
+
+def group_hash(rcode: torch.Tensor, occ: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Jackknife group of records of content codes ``rcode`` that are the ``occ``-th copy
+    of their content read (int64; :func:`record_groups` for rows, ``lda`` per block)."""
     x = rcode * 0x2545F4914F6CDD1D + occ * 0x1E3779B97F4A7C15 + 0x632BE59BD9B4E019
     x = (x ^ (x >> 31)) * 0x3F58476D1CE4E5B9
-    return ((x ^ (x >> 29)) & 0x7FFFFFFF)[inv] % n_groups
+    return ((x ^ (x >> 29)) & 0x7FFFFFFF) % n_groups
 
 
 def class_index(out_hyp: np.ndarray) -> np.ndarray:

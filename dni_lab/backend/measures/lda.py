@@ -21,7 +21,10 @@ A unit's score is its *loading*, its correlation with the full-data discriminant
 ``(Σw)_i / sqrt(Σ_ii · wᵀΣw)``: identifiable (near-copies of a unit get the same
 loading; coefficients are not), on corr's scale, and exact from the moments. Its error is
 the record-group jackknife with the fit refitted without each group: the groups' moments
-come from the kept rows at a checkpoint, and each replicate is the total less one group.
+come from the kept rows at the first checkpoint and are folded in block by block after
+it, as the folds' are (a record's group is known when it is read: its content and how
+many copies of that content came before; a merge recomputes the later state's), and
+each replicate is the total less one group.
 A refit, not the fit held fixed, because the loading is ``corr / R`` (the fit's multiple
 correlation moves with the records; ``logreg``'s loadings showed the same).
 
@@ -35,6 +38,12 @@ sampling half-width alone (the scores are the full data's: there is no drift to 
 A hypothesis undefined (NaN) at some rows: its outputs' moments are rebuilt at each
 checkpoint from the kept rows where it is defined (those rows are left out of its fit
 and its F1); a run without NaN pays nothing for it.
+
+What a checkpoint costs is a pass over the rows for the held-out logits and one integer
+histogram of their outcomes (``_lda_fit.confusion``: no predictions built), for the
+open hypotheses only; the rows live in buffers grown in place (``_probe_buffer``), the
+records of each class are counted per block (``seen``), and once a hypothesis retired
+its moments stop being updated (never read again).
 """
 
 from __future__ import annotations
@@ -46,11 +55,12 @@ import torch
 
 from ..errors import MeasureError
 from . import _lda_fit as lf
+from . import _probe_buffer as _buffer
 from ._common import add_counts, count_undefined
-from ._probe_error import Checkpoint, confusion_by_group, error, f1_and_se, pick_per_unit
+from ._probe_error import Checkpoint, error, f1_and_se, pick_per_unit
 from ._probe_result import probe_scores
 from ._probe_retire import extend_checkpoint, live_outputs, output_subset, retired_union
-from ._probe_rows import class_records, per_hyp_all, record_codes, record_groups
+from ._probe_rows import group_hash, per_hyp_all, record_codes, record_groups
 from .base import HypothesisInfo, Measure, MeasureResult
 from .logreg import LogReg
 
@@ -61,7 +71,7 @@ _RULES = ("accuracy", "f1", "gaussian")
 class LDAState:
     folds: lf.Gram  # (folds, ...) moments of each fold's rows
     X: torch.Tensor  # (n, units) behaviors of every row read
-    Y: torch.Tensor  # (n, outputs) 0/1 targets
+    Y: torch.Tensor  # (n, outputs) bool targets (False where undefined)
     fold: torch.Tensor  # (n,)
     code: torch.Tensor  # (n,) content code of each row's record
     rec: torch.Tensor  # (n,) serial of each row's record in reading order
@@ -74,6 +84,20 @@ class LDAState:
     stopping: bool = False  # a convergence check ran: checkpoints follow the reading
     growth: float | None = None
     retired: np.ndarray | None = None  # (H,) bool: every pair converged, no more checkpoints
+    # (2, outputs) records in which each output's positive / negative class occurs
+    # (where defined), counted per block: a checkpoint needs no pass over the rows for it
+    seen: torch.Tensor | None = None
+    # the loadings' jackknife: (groups, ...) moments of each record group's rows, built
+    # from the rows at the first checkpoint, then the open outputs' columns folded in
+    # per block (a retired output's are left behind); None until then (eps=None: one
+    # pass at the end); each row's group and how many records of each content came before
+    by_group: lf.Gram | None = None
+    grp: torch.Tensor | None = None
+    occ: dict[int, int] = field(default_factory=dict)
+    store: dict[str, torch.Tensor] = field(default_factory=dict)  # the rows' buffers
+
+    def __getstate__(self) -> dict:
+        return _buffer.compact(self.__dict__, self.store)
 
 
 class LDA(Measure):
@@ -152,14 +176,17 @@ class LDA(Measure):
         e = lambda *s, dt=torch.float32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
         return LDAState(
             folds=lf.Gram.zeros((self.folds,), n_units, no, device), X=e(0, n_units),
-            Y=e(0, no), fold=e(0, dt=torch.long), code=e(0, dt=torch.long),
+            Y=e(0, no, dt=torch.bool), fold=e(0, dt=torch.long), code=e(0, dt=torch.long),
             rec=e(0, dt=torch.long), out_hyp=np.asarray(out_hyp, dtype=np.int64), info=info,
+            seen=e(2, no, dt=torch.long), grp=e(0, dt=torch.long),
         )  # fmt: skip
 
     def update(self, state: LDAState, U, H, mask):
         R, T = mask.shape
         und = count_undefined(state, H, mask)
-        code = record_codes(H, mask)[:, None].expand(R, T)[mask]
+        rcode = record_codes(H, mask)
+        code = rcode[:, None].expand(R, T)[mask]
+        grp = _record_groups(state.occ, rcode, mask.any(1), self.groups)[:, None].expand(R, T)[mask]
         rec = (state.n_records + torch.arange(R, device=mask.device))[:, None].expand(R, T)[mask]
         X, Hm = U[mask].float(), H[mask]
         Y = LogReg._targets(None, state, Hm)  # type: ignore[arg-type]  # 0 where undefined
@@ -168,8 +195,17 @@ class LDA(Measure):
             D = ~torch.isnan(Hm[:, torch.as_tensor(state.out_hyp, dtype=torch.long)])
         fold = code % self.folds
         if len(X):
-            state.folds = state.folds.combine(lf.row_grams(X, Y, fold, self.folds))
-        _append(state, X, Y, fold, code, rec, D)
+            state.seen += _class_records(Y > 0.5, D, rec - state.n_records, R)
+            # moments of the open outputs only: a retired one's are never read again
+            live = live_outputs(state)
+            cols = None if live is None else torch.as_tensor(np.flatnonzero(live), device=Y.device)
+            Yo = Y if cols is None else Y[:, cols]
+            new = lf.row_grams(X, Yo, fold, self.folds)
+            state.folds = _combine_columns(state.folds, new, cols)
+            if state.by_group is not None:  # checkpoints follow: keep the groups' moments
+                new = lf.row_grams(X, Yo, grp, self.groups)
+                state.by_group = _combine_columns(state.by_group, new, cols)
+        _append(state, X, Y > 0.5, fold, code, rec, D, grp)
         state.n_records += R
         last = state.checks[-1].n_records if state.checks else 0
         if state.stopping and len(state.X) and state.n_records >= (state.growth or 1.0) * last:
@@ -182,9 +218,19 @@ class LDA(Measure):
             code=a.code, rec=a.rec, out_hyp=a.out_hyp, info=a.info, defined=a.defined,
             n_undef=add_counts(a.n_undef, b.n_undef), stopping=a.stopping or b.stopping,
             growth=a.growth, retired=retired_union(a.retired, b.retired),
+            seen=a.seen + b.seen.to(a.seen.device), by_group=a.by_group, grp=a.grp,
+            occ={c: a.occ.get(c, 0) + b.occ.get(c, 0) for c in a.occ.keys() | b.occ.keys()},
         )  # fmt: skip
         # b's records were read after a's: numbered on from a's, as one process numbers them
-        _append(out, b.X, b.Y, b.fold, b.code, b.rec + a.n_records, b.defined)
+        _append(out, b.X, b.Y, b.fold, b.code, b.rec + a.n_records, b.defined, b.grp)
+        # b's copies of contents a read too come after a's: their groups move
+        out.grp = record_groups(out.code, out.rec, self.groups)
+        if a.by_group is None or b.by_group is None:
+            out.by_group = None  # rebuilt from the rows at the next checkpoint
+        elif len(b.X):
+            n_a = len(a.X)
+            new = lf.row_grams(b.X, b.Y, out.grp[n_a:].to(b.X.device), self.groups)
+            out.by_group = a.by_group.combine(new.to(a.X.device))
         out.n_records = a.n_records + b.n_records
         out.checks = sorted(a.checks + b.checks, key=lambda c: c.n_records)
         return out
@@ -236,14 +282,17 @@ class LDA(Measure):
 
     def _checkpoint(self, state: LDAState) -> None:
         """Checkpoint the hypotheses not retired (all of them while none is)."""
+        if state.by_group is None and len(state.X):
+            state.by_group = lf.row_grams(state.X, state.Y, state.grp, self.groups)
         live = live_outputs(state)
         if live is None:
             self._checkpoint_all(state)
             return
-        fields, _, outs, hyps = output_subset(state, live)
+        fields, _, outs_t, hyps = output_subset(state, live)
         g = state.folds
         sub = replace(
-            state, folds=lf.Gram(g.n, g.mean_u, g.mean_y[..., outs], g.cuu, g.cuy[..., outs]),
+            state, folds=lf.Gram(g.n, g.mean_u, g.mean_y[..., outs_t], g.cuu, g.cuy[..., outs_t]),
+            seen=state.seen[:, outs_t], store={}, by_group=_columns(state.by_group, outs_t),
             **fields,
         )  # fmt: skip
         self._checkpoint_all(sub)
@@ -259,21 +308,17 @@ class LDA(Measure):
         fit = self._fits(state, state.folds, state.fold, models=True)
         center = state.X.mean(0)
         z = lf.predict(state.X, state.fold, fit, k, center)
-        y = state.Y > 0.5
-        pred = lf.thresholds(z, y, state.fold, state.defined, k, self.threshold, self.bins,
-                             self.span)  # fmt: skip
-        if state.defined is not None:
-            pred &= state.defined
-            y &= state.defined
-        group = record_groups(state.code, state.rec, G)
-        f1, f1_se = f1_and_se(confusion_by_group(pred, y, group, G), state.out_hyp, n_h)
+        group = state.grp
+        counts = lf.confusion(z, state.Y, state.fold, state.defined, group, k, G,
+                              self.threshold, self.bins, self.span)  # fmt: skip
+        f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
         # the loadings' record-group jackknife: the full fit refitted without each group
-        gg = lf.row_grams(state.X, state.Y, group, G)
-        loo = self._fits(state, gg, group, models=False).loading.cpu().numpy()
+        loo = self._fits(state, state.by_group, group, models=False).loading.cpu().numpy()
         with np.errstate(invalid="ignore"):
             se = np.sqrt((G - 1) / G * ((loo - loo.mean(0)) ** 2).sum(0))
         load, load_se = pick_per_unit(fit.loading[k].cpu().numpy(), se, state.out_hyp, n_h)
-        enough = per_hyp_all(class_records(state) >= self.min_class_records, state, n_h)
+        seen = state.seen.min(0).values.cpu().numpy()
+        enough = per_hyp_all(seen >= self.min_class_records, state, n_h)
         done = np.ones(n_h, dtype=bool)  # closed form: every fit is at its optimum
         state.checks.append(Checkpoint(state.n_records, f1, f1_se, load, np.zeros_like(load),
                                        done, k, G, load_se, enough))  # fmt: skip
@@ -306,16 +351,55 @@ def _sampling(check: Checkpoint, confidence: float) -> tuple[np.ndarray, np.ndar
     return err, f1_err
 
 
-def _append(state: LDAState, X, Y, fold, code, rec, defined: torch.Tensor | None) -> None:
+def _class_records(y: torch.Tensor, defined: torch.Tensor | None, rec: torch.Tensor,
+                   R: int) -> torch.Tensor:  # fmt: skip
+    """``(2, outputs)`` records of one block in which each output is positive, negative
+    (where defined): ``y`` ``(n, outputs)`` bool, ``rec`` ``(n,)`` each row's record 0..R-1."""
+    out = torch.zeros(2, R, y.shape[1], dtype=torch.int32, device=y.device)
+    d = torch.ones_like(y) if defined is None else defined
+    out[0].index_add_(0, rec, (y & d).to(torch.int32))
+    out[1].index_add_(0, rec, (~y & d).to(torch.int32))
+    return (out > 0).sum(1)
+
+
+def _columns(g: lf.Gram, cols: torch.Tensor) -> lf.Gram:
+    """``g``'s moments of the outputs ``cols`` alone."""
+    return lf.Gram(g.n, g.mean_u, g.mean_y[..., cols], g.cuu, g.cuy[..., cols])
+
+
+def _combine_columns(g: lf.Gram, new: lf.Gram, cols: torch.Tensor | None) -> lf.Gram:
+    """``g`` with ``new`` (moments of the outputs ``cols``; None: all) folded in; the
+    other outputs' columns are left as they were (retired: never read again)."""
+    if cols is None:
+        return g.combine(new)
+    sub = _columns(g, cols).combine(new)
+    mean_y, cuy = g.mean_y.clone(), g.cuy.clone()
+    mean_y[..., cols], cuy[..., cols] = sub.mean_y, sub.cuy
+    return lf.Gram(sub.n, sub.mean_u, mean_y, sub.cuu, cuy)
+
+
+def _record_groups(occ: dict[int, int], rcode: torch.Tensor, present: torch.Tensor,
+                   n_groups: int) -> torch.Tensor:  # fmt: skip
+    """``(R,)`` jackknife group of each record of a block (``record_groups``' for its
+    rows), counting in ``occ`` the copies of each content read; a record without a
+    symbol counts for nothing."""
+    nth = []
+    for c, here in zip(rcode.tolist(), present.tolist(), strict=True):
+        k = occ.get(c, 0)
+        nth.append(k)
+        if here:
+            occ[c] = k + 1
+    return group_hash(rcode, torch.as_tensor(nth, device=rcode.device), n_groups)
+
+
+def _append(state: LDAState, X, Y, fold, code, rec, defined: torch.Tensor | None,
+            grp: torch.Tensor) -> None:  # fmt: skip
+    """Append a block's rows to the state's buffers (amortised: no copy of the rows kept)."""
     if defined is not None and state.defined is None:  # every earlier row was defined
         state.defined = torch.ones(state.Y.shape, dtype=torch.bool, device=state.Y.device)
     if defined is None and state.defined is not None:
         defined = torch.ones(Y.shape, dtype=torch.bool, device=Y.device)
-    dev = state.X.device
-    state.X = torch.cat([state.X, X.to(dev)])
-    state.Y = torch.cat([state.Y, Y.to(dev)])
-    state.fold = torch.cat([state.fold, fold.to(dev, state.fold.dtype)])
-    state.code = torch.cat([state.code, code.to(dev, state.code.dtype)])
-    state.rec = torch.cat([state.rec, rec.to(dev, state.rec.dtype)])
+    new = {"X": X, "Y": Y, "fold": fold, "code": code, "rec": rec, "grp": grp}
     if defined is not None:
-        state.defined = torch.cat([state.defined, defined.to(dev)])
+        new["defined"] = defined
+    _buffer.append(state, state.store, new)
