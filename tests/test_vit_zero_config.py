@@ -368,3 +368,26 @@ def test_a_timm_shaped_vit_reads_patches_after_its_prefix_tokens():
     h.remove()
     assert float((got["blocks.1"] - seen["b"][:, 3:]).abs().max()) <= 1e-6
     assert got["patch_embed.proj"].shape == (4, 16, 16)
+
+
+def test_inspect_asks_levels_and_layouts_in_one_error_before_any_block():
+    vit = _vit()
+    plain = dl.Model(vit, encode=lambda rs: {"pixel_values": torch.from_numpy(np.stack(rs))},
+                     name="plain")  # fmt: skip
+    five = dl.hypothesis(lambda im: [0.0] * 5, name="five", kind="continuous")
+    calls = []
+    handle = vit.register_forward_hook(lambda mod, args, kw, out: calls.append(
+        len(kw.get("pixel_values", args[0] if args else []))), with_kwargs=True)
+    try:
+        with pytest.raises(DeclarationError) as err:
+            dl.inspect([dl.Model.from_hf(vit, name="vit"), plain], [five], data=IMAGES,
+                       units={"vit": [("layers.0", "*")], "plain": [("layers.0", "*")]},
+                       eps=None, cache=False)  # fmt: skip
+        batches = list(calls)
+    finally:
+        handle.remove()
+    msg = str(err.value)
+    assert msg.startswith("2 declarations are needed")
+    assert "'five'" in msg and "'layers.0'" in msg and "level=" in msg and "layouts=" in msg
+    # the probe passes only (2 or 3 records each): no block of the 10 images was read
+    assert batches and max(batches) <= 3

@@ -16,6 +16,7 @@ from ..errors import DNIError
 from ..extraction.extract import Extractor, Padding, on_device, resolve_device
 from ..hypothesis.hypotheses import BlockCancelled
 from ..measures.base import stop_check
+from .declarations import ask_declarations, layout_questions
 from .distinct import DistinctRecords
 from .folding import BlockFolding, _symbol_spaces
 from .frames import empty_frame
@@ -323,7 +324,13 @@ class Inspection(BlockFolding):
         Before it, every hypothesis's level is decided from ``sample`` (one ``LevelError``
         asks all that cannot be), so no model runs on a question (a run, a cluster's
         driver and each of its workers all come here first, with the same records)."""
-        self._levels = decide_levels(self._spaces, sample)
+        self._levels = decide_levels(self._spaces, sample, ask_now=False)
+        layouts = []
+        for model in self.models:  # one error for every level and layout to declare
+            with on_device(model, self.device):
+                layouts.append(layout_questions(model, units_of(self.units, model), sample,
+                                                self.device))  # fmt: skip
+        ask_declarations(self._levels, layouts)
         out = []
         for model in self.models:
             with on_device(model, self.device):
