@@ -4,6 +4,12 @@ Usage::
 
     python benchmarks/bench_scale.py                      # 12 x 768, >= 1,000,000 tokens
     python benchmarks/bench_scale.py --quick              # 2 x 64 over 20,000 tokens (CI)
+    python benchmarks/bench_scale.py --part forward       # dl.inspect vs the bare forward
+    python benchmarks/bench_scale.py --part forward --quick
+
+``--part forward`` times ``dl.inspect`` against the bare forward pass of the records it
+reads (issue 49, item 2; :mod:`benchmarks.forward_cost`) and stores it in
+``results/scale_forward.json``; the default part is what follows.
 
 The model is GPT-2 small's shape (12 blocks, 768 wide, 12 heads, 1,024 positions) built
 from a config with seeded random weights, over a byte-level BPE trained here: nothing is
@@ -94,8 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-size", type=int, default=64, help="records per block")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="results file (default: results/scale.json)")
+    ap.add_argument("--part", choices=("scale", "forward"), default="scale",
+                    help="forward: dl.inspect against the bare forward (scale_forward.json)")
+    ap.add_argument("--repeats", type=int, default=3, help="--part forward: timed repeats")
+    ap.add_argument("--forward-batch", type=int, default=None,
+                    help="--part forward: records per forward pass (default: the block)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.part == "forward":
+        return _forward(args, argv)
     size = QUICK if args.quick else FULL
     import transformers
 
@@ -171,6 +184,18 @@ def main(argv: list[str] | None = None) -> int:
             "max_abs_diff": float(diff.max()),
         },
     )
+    return 0
+
+
+def _forward(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from benchmarks.forward_cost import run
+
+    block = args.block_size if "--block-size" in (argv or sys.argv[1:]) else 512  # the default
+    res = run(args.quick, args.eps, block, args.forward_batch, args.repeats)
+    res["command"] = " ".join(["python", "benchmarks/bench_scale.py", *(argv or sys.argv[1:])])
+    res["threads"] = args.threads
+    default = REPO / "benchmarks" / "results" / "scale_forward.json"
+    write_results(args.out or (None if args.quick else default), res)
     return 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,77 +20,30 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BehaviorError, DNIError, LayerError
+from ..errors import BehaviorError, LayerError
 from ..hypothesis.cache import block_key
 from .behavior_memo import model_state
+from .devices import on_device, resolve_device, symbol_mask
+from .gradient_behaviors import (
+    apply_function,
+    input_gradient,
+    input_leaf,
+    metric_gradients,
+    register_metric_gradients,
+)
 from .layouts.gathered import gathered_symbols
 from .length_batches import length_batches
-from .models import Model, eval_mode, to_device
+from .models import Model, to_device
+from .rnn_replay import RnnReplay
 from .sparse_block import SparseBlock
 
+# the names other modules import from here, wherever they live now
+__all__ = [
+    "Extractor", "Padding", "as_indices", "metric_gradients", "on_device",
+    "register_metric_gradients", "resolve_device", "symbol_mask", "to_device",
+]  # fmt: skip
+
 Behavior = str | Callable[[torch.Tensor, list[Any]], torch.Tensor]
-
-
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when present, then Apple's MPS, else the CPU."""
-    if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise DNIError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'.") from exc
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        # torch would fail at the first transfer, deep inside a run, with an AssertionError
-        raise DNIError(
-            f"device {device!r} is not available ({torch.cuda.device_count()} CUDA devices "
-            "visible); use device='auto' (CUDA when present) or 'cpu'."
-        )
-    return dev
-
-
-@contextlib.contextmanager
-def on_device(model: Model, device: torch.device):
-    """Hold the module on ``device`` in eval mode; restore every submodule's mode and home.
-
-    Each submodule's own ``training`` flag is saved and put back, so a wrapper in train
-    mode around an eval-mode network leaves as it came (``module.train(flag)`` on the
-    top module would set every submodule to the top's flag).
-
-    A module already on ``device``, placed on an accelerator of its kind, or spread over devices
-    (Hugging Face's ``hf_device_map``) is left where it is: moving weights costs a
-    round trip per call, and a placed model's owner chose its place.
-    """
-    mod = model.module
-    tensors = list(mod.parameters()) + list(mod.buffers())
-    home = tensors[0].device if tensors else torch.device(device)
-    target = torch.device(device)
-    on_accelerator = home.type == target.type and home.type not in ("cpu", "meta")
-    placed = getattr(mod, "hf_device_map", None) is not None or on_accelerator
-    placed = placed or not getattr(model, "movable", True)  # it sends inputs to its own device
-    # a model spread over devices by its owner stays where it is: moving it home again
-    # would gather every tensor on the first one's device
-    spread = any(t.device != home for t in tensors)
-    move = not placed and not spread and home != target
-    if move:
-        mod.to(device)
-    try:
-        with eval_mode(mod):
-            yield
-    finally:
-        if move:
-            mod.to(home)
-
-
-def symbol_mask(model: Model, records: Sequence[Any], device: torch.device) -> torch.Tensor:
-    """``(R, T)`` bool mask of real symbols, T the block's longest record."""
-    n = torch.as_tensor([model.symbols(r) for r in records], device=device)
-    T = int(n.max()) if len(n) else 0
-    return torch.arange(T, device=device)[None, :] < n[:, None]
 
 
 @dataclass
@@ -105,27 +58,6 @@ class Padding:
         """The padded share of all slots (0 when nothing ran)."""
         return 1 - self.real / self.slots if self.slots else 0.0
 
-
-
-#: Makes ``MetricGradients(model, addresses, metric, device)``; verify/gradients.py
-#: registers it on import (verification builds on extraction, never the reverse).
-_METRIC_GRADIENTS: Callable[..., Any] | None = None
-
-
-def register_metric_gradients(factory: Callable[..., Any]) -> None:
-    """Set the maker of metric gradients (:class:`dni_lab.verify.MetricGradients`)."""
-    global _METRIC_GRADIENTS
-    _METRIC_GRADIENTS = factory
-
-
-def metric_gradients(model: Model, addrs: list[str], metric: Any, device) -> Any:
-    """A ``MetricGradients`` reader of ``addrs`` (``dni_lab.verify`` must be imported)."""
-    if _METRIC_GRADIENTS is None:
-        import importlib
-
-        importlib.import_module("dni_lab")  # registers verify's MetricGradients
-    assert _METRIC_GRADIENTS is not None
-    return _METRIC_GRADIENTS(model, addrs, metric, device)
 
 
 class Extractor:
@@ -169,7 +101,7 @@ class Extractor:
         self.device = device
         self.forward_batch = forward_batch
         self.padding = padding if padding is not None else Padding()
-        self._replicas: dict[tuple[int, int], nn.Module] = {}
+        self._replay = RnnReplay(model.split_address)
         self.features = {a: (h, _placed(fs, device)) for a, (h, fs) in (features or {}).items()}
         self._selection = {
             a: None if i is None else torch.as_tensor(np.asarray(i).ravel(), dtype=torch.long)
@@ -277,12 +209,13 @@ class Extractor:
             leaf = None
             with contextlib.ExitStack() as stack:
                 if grad:
-                    batch, leaf = _input_leaf(self.model, batch, stack)
+                    batch, leaf = input_leaf(self.model, batch, stack)
                 hooks = [a for a in self.layer_units if a not in self.features]
                 hooks += [h for h, _fs in self.features.values() if h not in hooks]
                 store = stack.enter_context(self.model.capture(hooks))
                 self.model.forward(batch)
             out = {}
+            pad = _padding_slots(mask)  # once for every layer of the batch
             for addr in self.layer_units:
                 if addr in self.features:  # latents: the hook's activation, encoded
                     hook, fs = self.features[addr]
@@ -300,11 +233,11 @@ class Extractor:
                 if idx is not None and not (len(idx) == act.shape[-1] and self._in_order[addr]):
                     act = act[..., idx.to(act.device)]  # every unit in order needs no copy
                 if grad:
-                    act = _gradient(act, leaf, mask, records, self.model)
+                    act = input_gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
-                    act = _apply(self.behavior, act, records, addr)
+                    act = apply_function(self.behavior, act, records, addr)
                 out[addr] = _check_finite(
-                    act.detach().float(), self.model, addr, mask, first, rows
+                    act.detach().float(), self.model, addr, mask, first, rows, pad
                 )
         return out
 
@@ -342,37 +275,6 @@ class Extractor:
             return self.model.symbol_view(addr, t, records, T, counts)
         return gathered_symbols(t, records, T, addr, self.model.name, self.model.resize)
 
-    def _replay(self, addr: str, mod: nn.RNNBase, x: torch.Tensor, hx: Any) -> torch.Tensor:
-        """Recompute stacked layer ``k`` (and its cell state) from the captured input."""
-        _, k, cell = self.model.split_address(addr)
-        k = mod.num_layers - 1 if k == -1 else k
-        dirs = 2 if mod.bidirectional else 1
-        for j in range(k + 1):
-            layer = self._layer(mod, j)
-            h0 = _slice_hx(hx, j, dirs)
-            if j < k or not cell:
-                x, _ = layer(x, h0)
-                continue
-            if dirs == 2:
-                raise LayerError(f"cell states of bidirectional layer {addr!r} are not supported.")
-            return _cells(layer, x, h0)
-        return x if mod.batch_first else x.transpose(0, 1)
-
-    def _layer(self, mod: nn.RNNBase, j: int) -> nn.RNNBase:
-        key = (id(mod), j)
-        if key not in self._replicas:
-            insize = mod.input_size if j == 0 else mod.hidden_size * (2 if mod.bidirectional else 1)
-            kw = dict(batch_first=mod.batch_first, bidirectional=mod.bidirectional, bias=mod.bias)
-            if isinstance(mod, nn.RNN):
-                kw["nonlinearity"] = mod.nonlinearity
-            rep = type(mod)(insize, mod.hidden_size, num_layers=1, **kw)
-            state = {}
-            for name in rep.state_dict():
-                state[name] = getattr(mod, name.replace("_l0", f"_l{j}"))
-            rep.load_state_dict(state)
-            self._replicas[key] = rep.to(x_device(mod)).eval()
-        return self._replicas[key]
-
 
 def _reassemble(parts: list[tuple[torch.Tensor, int, Any]], shape: tuple[int, int]) -> Any:
     """One block's behaviors (a tensor or a :class:`SparseBlock`) from its forward batches."""
@@ -409,82 +311,6 @@ def _placed(fs: Any, device: torch.device) -> Any:
     return fs.eval()
 
 
-def x_device(mod: nn.Module) -> torch.device:
-    return next(mod.parameters()).device
-
-
-def _slice_hx(hx: Any, j: int, dirs: int) -> Any:
-    if hx is None:
-        return None
-    if isinstance(hx, tuple):
-        return tuple(h[j * dirs : (j + 1) * dirs] for h in hx)
-    return hx[j * dirs : (j + 1) * dirs]
-
-
-def _cells(layer: nn.LSTM, x: torch.Tensor, h0: Any) -> torch.Tensor:
-    """Cell state at every time step: step the single-layer LSTM one position at a time."""
-    tdim = 1 if layer.batch_first else 0
-    state = h0
-    cells = []
-    for t in range(x.shape[tdim]):
-        xt = x.narrow(tdim, t, 1)
-        _, state = layer(xt, state)
-        cells.append(state[1][0])  # (B, H) for one direction
-    return torch.stack(cells, dim=1)
-
-
-def _input_leaf(model: Model, batch: Any, stack: contextlib.ExitStack) -> tuple[Any, list]:
-    """Make the input differentiable: the first embedding's output, else the float input."""
-    leaf: list[torch.Tensor] = []
-    emb = next((m for m in model.module.modules() if isinstance(m, nn.Embedding)), None)
-    if emb is not None:
-
-        def hook(_m, _i, out):
-            out = out.detach().requires_grad_(True)
-            leaf.append(out)
-            return out
-
-        stack.callback(emb.register_forward_hook(hook).remove)
-        return batch, leaf
-    if isinstance(batch, torch.Tensor) and batch.is_floating_point():
-        batch = batch.detach().requires_grad_(True)
-        leaf.append(batch)
-        return batch, leaf
-    raise BehaviorError(
-        f"model {model.name!r}: behavior='gradient' needs an nn.Embedding or a float input "
-        "tensor to differentiate with respect to."
-    )
-
-
-def _gradient(
-    act: torch.Tensor, leaf: list, mask: torch.Tensor, records: list, model: Model | None = None
-) -> torch.Tensor:
-    """Per unit u and symbol t: size of ∂(Σ_t' a_u(t')) / ∂x_t, the input at symbol t."""
-    x = leaf[0]
-    # a model whose symbols are not its positions (padding side, special tokens) maps them
-    gather = getattr(model, "gather_symbols", None)
-    m = mask[..., None].to(act.dtype)
-    cols = []
-    for u in range(act.shape[-1]):
-        (g,) = torch.autograd.grad((act[..., u : u + 1] * m).sum(), x, retain_graph=True)
-        if g.dim() == 4:  # image input (R, C, H, W): sum over channels per pixel
-            g = g.abs().sum(1).flatten(1)
-        else:  # embedded tokens (R, T, E): L2 norm over the embedding
-            g = (gather(g) if gather is not None else g).norm(dim=-1)
-        cols.append(g[:, : mask.shape[1]])
-    return torch.stack(cols, dim=-1) if cols else act.detach()
-
-
-def _apply(fn: Callable, act: torch.Tensor, records: list, addr: str) -> torch.Tensor:
-    out = torch.as_tensor(fn(act, records))
-    if out.shape != act.shape:
-        raise BehaviorError(
-            f"behavior function {getattr(fn, '__name__', fn)!r} returned shape {tuple(out.shape)} "
-            f"for layer {addr!r}; expected {tuple(act.shape)} (records, symbols, units)."
-        )
-    return out
-
-
 def _check_finite(
     act: torch.Tensor,
     model: Model,
@@ -492,16 +318,25 @@ def _check_finite(
     mask: torch.Tensor,
     first: int = 0,
     rows: torch.Tensor | None = None,
+    pad: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``act`` with zeros at the padding slots; a :class:`BehaviorError` naming the first
+    NaN or inf at a real symbol. ``pad``: :func:`_padding_slots` of ``mask``, if known."""
     # One reduction decides the usual case: a sum is finite only if every value is
     # (a finite overflow to inf only sends us to the exact check below).
     if bool(torch.isfinite(act.sum())):
-        pad = ~mask
+        pad = _padding_slots(mask) if pad is None else pad
         # padding slots that already hold zeros (HFModel gathers them so) need no masked
         # copy; reading them costs what the padding holds, not the block
-        if not bool(pad.any()) or not bool(act[pad].any()):
+        if not len(pad):
             return act
-        return act.masked_fill(pad[..., None], 0.0)
+        if act.dim() == 3 and act.is_contiguous():  # a view: no copy of the block
+            held = act.view(-1, act.shape[-1]).index_select(0, pad.to(act.device))
+        else:
+            held = act[~mask]
+        if not bool(held.any()):
+            return act
+        return act.masked_fill(~mask[..., None], 0.0)
     bad = ~torch.isfinite(act) & mask[..., None]
     if bool(bad.any()):
         r, t, u = (int(i) for i in torch.nonzero(bad)[0])
@@ -512,6 +347,11 @@ def _check_finite(
             "(e.g. torch.isfinite on its parameters)."
         )
     return act.masked_fill(~mask[..., None], 0.0)
+
+
+def _padding_slots(mask: torch.Tensor) -> torch.Tensor:
+    """The padding slots of an ``(R, T)`` symbol mask, as indices into its ``R * T`` slots."""
+    return (~mask).reshape(-1).nonzero().flatten()
 
 
 def as_indices(sel: Any, width: int, addr: str, model_name: str) -> np.ndarray:

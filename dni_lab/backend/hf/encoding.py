@@ -18,7 +18,7 @@ non-padding token. Two cases change that:
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -54,6 +54,10 @@ class Layout:
     weights: torch.Tensor | None = None
     windowed: bool = False
     targets: dict[str, torch.Tensor] | None = None  # pair hypotheses' targets (attention.py)
+    # (n_tokens, device) -> flat_slots' answer: every layer of a batch reads the same slots
+    _slots: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def to(self, device: torch.device) -> Layout:
         w = None if self.weights is None else self.weights.to(device)
@@ -62,6 +66,24 @@ class Layout:
             self.rows.to(device), self.index.to(device), self.count.to(device), w, self.windowed,
             t,
         )
+
+    def flat_slots(self, n_tokens: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each symbol slot sits in a ``(rows * n_tokens, D)`` view, and the tail slots.
+
+        Returns ``(flat, tail)`` on ``device``: ``flat`` ``(R * T_symbols,)`` the row of the
+        view each slot reads, ``tail`` the slots past their record's ``count``. Computed once
+        per layout and token count: a block's layers all read the same slots, and each
+        small index operation costs more than the copy it feeds when jobs share the CPU.
+        """
+        key = (n_tokens, str(device))
+        got = self._slots.get(key)
+        if got is None:
+            rows, index = torch.broadcast_tensors(self.rows, self.index)
+            flat = (rows * n_tokens + index).reshape(-1).to(device)
+            slots = torch.arange(rows.shape[1], device=self.count.device)
+            tail = (slots[None, :] >= self.count[:, None]).reshape(-1).nonzero().flatten()
+            got = self._slots[key] = (flat, tail.to(device))
+        return got
 
     @property
     def per_token(self) -> bool:
@@ -170,15 +192,13 @@ def gather(t: torch.Tensor, layout: Layout, n_tokens: int | None, heads: tuple) 
         out = (t * layout.weights.to(t.device, t.dtype)[..., None]).sum(1, keepdim=True)
         return out.to(layout.rows.device)
     # one index_select over (rows * tokens) rows: a third of advanced indexing's time
-    rows, index = torch.broadcast_tensors(layout.rows, layout.index)
-    flat = (rows * t.shape[1] + index).reshape(-1).to(t.device)
+    flat, tail = layout.flat_slots(t.shape[1], t.device)
     out = t.reshape(-1, t.shape[-1]).index_select(0, flat)
     # a shorter record's tail slots read zeros, so the extractor need not mask a copy
-    slots = torch.arange(rows.shape[1], device=layout.count.device)
-    tail = (slots[None, :] >= layout.count[:, None]).reshape(-1).nonzero().flatten()
     if len(tail):
-        out.index_fill_(0, tail.to(t.device), 0)
-    return out.view(*rows.shape, t.shape[-1]).to(layout.rows.device)
+        out.index_fill_(0, tail, 0)
+    shape = torch.broadcast_shapes(layout.rows.shape, layout.index.shape)
+    return out.view(*shape, t.shape[-1]).to(layout.rows.device)
 
 
 def positions_from_arange(module: nn.Module) -> bool:

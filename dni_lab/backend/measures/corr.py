@@ -34,6 +34,8 @@ from .base import HypothesisInfo, Measure, MeasureResult, filled, kind_mask, und
 from .moments import Excluded, Moments, block_mean, defined, fold, rolled, sum_groups
 
 _F64 = torch.float64
+#: Most values of a block's runs summed by one float64 cumulative sum (its copy: 16 MiB)
+_CUMSUM_MAX = 1 << 21
 
 
 @dataclass
@@ -168,8 +170,14 @@ class Corr(Measure):
                     Ud[lo:hi].reshape(n, -1, nu).transpose(1, 2),
                     Hd[lo:hi].reshape(n, -1, nh + 1),
                 )  # (n, U, H+1): the one product, run by run
-                for r in range(n):  # added into float64 as they are, no float64 copy
-                    S[j].add_(Pr[r])
+                if n > 1 and Pr.numel() <= _CUMSUM_MAX:
+                    # many small runs (short records, few hypotheses) added into float64 one
+                    # after another in one operation: a cumulative sum is sequential, so the
+                    # sums are those of n additions, without n operations' fixed costs
+                    S[j].add_(torch.cumsum(Pr, 0, dtype=_F64)[-1])
+                else:
+                    for r in range(n):  # added into float64 as they are, no float64 copy
+                        S[j].add_(Pr[r])
             Hd64 = Hd.reshape(-1, nh + 1).to(_F64)
             s_h_all[j] = Hd64.sum(0)
             q_h[j] = Hd64[:, :-1].square_().sum(0)
