@@ -199,6 +199,15 @@ def _scale(r: dict) -> tuple[str, str, str]:
             f"{pct(r['within_eps'])} within eps {r['eps']:g} of it")  # fmt: skip
 
 
+def _forward_cost(r: dict) -> tuple[str, str, str]:
+    s, m = r["seconds"], r["model"]
+    return (f"`dl.inspect` {secs(s['inspect'])}: {r['records_read']:,} of {r['records']:,} "
+            f"records read, {pct(r['converged_share'])} converged ({m['n_layer']} × "
+            f"{m['n_embd']}, {r['units']:,} units)",
+            f"bare forward of the records read (`module.transformer`) {secs(s['bare_body'])}",
+            times(r["ratio_inspect_vs_bare_body"]))  # fmt: skip
+
+
 def _explanations(r: dict) -> tuple[str, str, str]:
     return (f"{r['latents']:,} latents in {secs(r['seconds'])} ({r['threads']} thread), "
             f"{r['inspections']} inspections, median {r['records_read_median']:,.0f} of "
@@ -488,6 +497,10 @@ ROWS: tuple[Row, ...] = (
         "`corr` at eps 0.05 (random weights, 2 threads)", "`bench_scale.py`", "scale", _scale,
         (Target("", "<=", 300, " s", lambda r: r["early"]["seconds"]),
          Target("", ">=", 95, "%", lambda r: 100 * r["within_eps"]))),
+    Row("inspection at the cost of the forward: GPT-2 small's shape over 40,000 parentheses "
+        "records, `corr` on two hypotheses at every block, eps 0.05 (random weights, 2 threads)",
+        "`bench_scale.py --part forward`", "scale_forward", _forward_cost,
+        (Target("", "<=", 1.3, "×", lambda r: r["ratio_inspect_vs_bare_body"]),)),
     Row("explanations as hypotheses: each of 10,000 synthetic latents scored (`auroc`, eps "
         "0.05) against its own compiled explanation", "`bench_explanations.py`", "explanations",
         _explanations),
