@@ -24,16 +24,8 @@ from ..extraction.extract import on_device, resolve_device, to_device
 from ..extraction.models import Model, _first_tensor
 from .common import Verification
 from .gradients import check_metric
-from .grid_sites import SITES, SiteHook, check_site, grid_cells, pair_lengths
-from .patch_grid import (
-    GridMetric,
-    answer_ids,
-    capture,
-    grid_heads,
-    grid_layers,
-    length_groups,
-    patch_grid,
-)
+from .grid_sites import SiteHook, grid_cells
+from .patch_grid import GridMetric, capture, length_groups, patch_grid, plan_grid
 from .patching import Metric, _last_symbol
 
 
@@ -73,23 +65,16 @@ def attribution_grid(
         ``corrupted`` and with ``exact``: ``spearman`` (rank correlation over cells),
         ``top_agrees`` (the same cell ranks first) and ``exact_summary``.
     """
-    site, by = check_site(site, by)
-    if direction not in ("denoise", "noise"):
-        raise DNIError(f"direction must be 'denoise' or 'noise', not {direction!r}.")
-    clean, corrupted = list(clean), list(corrupted)
-    lengths = pair_lengths(model, clean, corrupted)
-    Ls = grid_layers(model, layers)
-    hs = grid_heads(model, site, heads) if SITES[site][1] else []
-    ids = None if answers is None else answer_ids(model, answers, len(clean))
-    S = max(lengths)
-    head, pos = grid_cells(by, S, hs)
-    gm = GridMetric(model, metric, ids, len(clean))
+    g = plan_grid(model, clean, corrupted, site, by, layers, heads, answers, direction)
+    site, by, clean, corrupted, Ls = g.site, g.by, g.clean, g.corrupted, g.layers
+    head, pos = grid_cells(by, max(g.lengths), g.heads)
+    gm = GridMetric(model, metric, g.ids, len(clean))
     totals = torch.zeros(len(Ls), len(head), dtype=torch.float64)
     base = {"clean": 0.0, "corrupted": 0.0}
     dev = resolve_device(device)
     with on_device(model, dev):
         hooks = {L: SiteHook.resolve(model, site, L) for L in Ls}
-        for group in length_groups(lengths, batch_size):
+        for group in length_groups(g.lengths, batch_size):
             _batch(model, hooks, gm, group, clean, corrupted, direction, dev, totals, base, by,
                    head, pos)  # fmt: skip
     n = len(clean)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,35 @@ def answer_ids(model: Model, answers: Sequence[tuple[Any, Any]], n: int) -> torc
             f"answers of shape {tuple(ids.shape)}."
         )
     return ids
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """A grid's arguments checked before any forward pass (a grid and its attribution)."""
+
+    site: str
+    by: str
+    clean: list[Any]
+    corrupted: list[Any]
+    lengths: list[int]
+    layers: list[int]
+    heads: list[int]
+    ids: torch.Tensor | None
+
+
+def plan_grid(model: Model, clean: Sequence[Any], corrupted: Sequence[Any], site: str,
+              by: str | None, layers: Sequence[int] | None, heads: Sequence[int] | None,
+              answers: Sequence[tuple[Any, Any]] | None, direction: str) -> GridPlan:  # fmt: skip
+    """Check every argument of a grid, in one place, before the model runs."""
+    site, by = check_site(site, by)
+    if direction not in ("denoise", "noise"):
+        raise DNIError(f"direction must be 'denoise' or 'noise', not {direction!r}.")
+    clean, corrupted = list(clean), list(corrupted)
+    lengths = pair_lengths(model, clean, corrupted)
+    Ls = grid_layers(model, layers)
+    hs = grid_heads(model, site, heads) if SITES[site][1] else []
+    ids = None if answers is None else answer_ids(model, answers, len(clean))
+    return GridPlan(site, by, clean, corrupted, lengths, Ls, hs, ids)
 
 
 class GridMetric:
@@ -216,16 +246,11 @@ def patch_grid(
         ``null_sd`` (spread of the null effects), ``null_unpaired`` (pairs of a length no
         other pair has: their null is their own patch).
     """
-    site, by = check_site(site, by)
-    if direction not in ("denoise", "noise"):
-        raise DNIError(f"direction must be 'denoise' or 'noise', not {direction!r}.")
-    clean, corrupted = list(clean), list(corrupted)
-    lengths = pair_lengths(model, clean, corrupted)
-    Ls = grid_layers(model, layers)
-    hs = grid_heads(model, site, heads) if SITES[site][1] else []
-    ids = None if answers is None else answer_ids(model, answers, len(clean))
+    g = plan_grid(model, clean, corrupted, site, by, layers, heads, answers, direction)
+    clean, corrupted, lengths = g.clean, g.corrupted, g.lengths
     n, S = len(clean), max(lengths)
-    run = GridRun(model, site, by, Ls, hs, S, GridMetric(model, metric, ids, n))
+    gm = GridMetric(model, metric, g.ids, n)
+    run = GridRun(model, g.site, g.by, g.layers, g.heads, S, gm)
     rng = np.random.default_rng(seed)
     dev = resolve_device(device)
     with on_device(model, dev), torch.inference_mode():
