@@ -35,6 +35,11 @@ UNITS = [("transformer.h.0", "*")]
 
 @pytest.fixture(scope="module")
 def model() -> dl.Model:
+    return tiny_gpt2()
+
+
+def tiny_gpt2() -> dl.Model:
+    """A one-block GPT-2 over a byte-level BPE trained here (no hub)."""
     train = ["the cat sat on the mat", "12 34 56", "hello world", "a dog ran 7 9"]
     tok = bpe(train * 20, vocab_size=262)
     torch.manual_seed(0)

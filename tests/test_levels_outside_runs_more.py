@@ -22,33 +22,20 @@ from dni_lab.probe.steering import hypothesis_rates
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from hypotheses.workloads.hf_tokenizers import bpe  # noqa: E402
+from test_levels_outside_runs import (  # noqa: E402
+    ALL_ONE_TOKEN,
+    DATA,
+    declared,
+    tiny_gpt2,
+    undeclared,
+)
 
-DATA = ["9", "12 34 ab", "the cat 7", "hello world", "9", "a 1 b 22", "dog 5", "9 9 x"] * 2
-ALL_ONE_TOKEN = ["9", "7", "a", "9", "x", "5"]
 LAYER = "transformer.h.0"
 
 
 @pytest.fixture(scope="module")
 def model() -> dl.Model:
-    train = ["the cat sat on the mat", "12 34 56", "hello world", "a dog ran 7 9"]
-    tok = bpe(train * 20, vocab_size=262)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1,
-                                  n_head=2, bos_token_id=None, eos_token_id=None)  # fmt: skip
-    return dl.Model.from_hf(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="tiny")
-
-
-def digits(r: str) -> list[float]:
-    return [float(c.isdigit()) for c in r]
-
-
-def undeclared() -> dl.Hypothesis:
-    return dl.hypothesis(digits, name="digit", kind="binary")
-
-
-def declared() -> dl.Hypothesis:
-    return dl.hypothesis(digits, name="digit", kind="binary", level="char")
+    return tiny_gpt2()
 
 
 def test_the_corpus_starts_with_a_record_that_separates_nothing(model):
