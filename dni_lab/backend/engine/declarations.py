@@ -8,7 +8,9 @@ layout of the layers a run reads (a model whose capture returns symbols itself i
 probed for it), and :func:`ask_declarations` raises one error for both kinds:
 :class:`DeclarationError`, which is a ``LevelError`` and a ``LayerError`` at once, so a
 caller that catches either still catches it. :func:`layout_rows` are ``dl.check``'s rows
-for the layers: the reading chosen and how it was proved, or the question.
+for the layers: the reading chosen and how it was proved, or the question; a tap on a
+tuple/dict output says which tensor it reads, and a declared ``output=`` is proved by
+the probes like any declaration (:mod:`..extraction.output_probe`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import LayerError, LevelError
+from ..extraction.output_probe import declares_output, probe_outputs
 from ..hypothesis.levels import LevelDecision
 from ..hypothesis.levels import ask as ask_levels
 from .resolve import normalize_units, units_of
@@ -67,7 +70,12 @@ def layout_questions(model: Any, units: Any, sample: Sequence[Any],
     model.layer_widths(list(sample[:2]), device)
     wanted = named_layers(model, units)
     unreadable = getattr(model, "_unreadable", {})
-    own = [unreadable[a] for a in wanted if unreadable.get(a)]  # a shared module, ...
+    # a declared output= is proved like any declaration; what the probes contradict is
+    # refused with what they saw, in place of the probe pass's narrower complaint
+    wrong = (probe_outputs(model, wanted, sample, device).contradicted
+             if declares_output(model, wanted) else {})  # fmt: skip
+    own = [wrong.get(a) or unreadable[a] for a in wanted
+           if a in wrong or unreadable.get(a)]  # a shared module, ...  # fmt: skip
     asked = model.layout_question([a for a in wanted if a in unreadable and not unreadable[a]])
     return "\n".join(dict.fromkeys([*([asked] if asked else []), *own]))
 
@@ -121,6 +129,9 @@ def layout_rows(model: Any, units: Any, sample: Sequence[Any]) -> list[dict[str,
     rows = []
     wanted = named_layers(model, units)
     report = model.layout_report(wanted)
+    # which tensor a tap on a tuple/dict output reads, and a declared output= proved
+    outputs = (probe_outputs(model, wanted, sample, _device(model)) if sample
+               and getattr(model, "reads_layouts", False) else None)  # fmt: skip
     for a in wanted:
         r = report.get(a) or {"layout": None, "how": "no output",
                               "evidence": "the probe pass saw no tensor from it"}  # fmt: skip
@@ -128,6 +139,11 @@ def layout_rows(model: Any, units: Any, sample: Sequence[Any]) -> list[dict[str,
             refused = _refusal(model, a)  # the run's own refusal, with its fix
             if refused is not None:
                 r = refused if r["layout"] is not None else {**r, "evidence": refused["evidence"]}
+        if outputs is not None and a in outputs.contradicted:
+            r = {"layout": None, "how": "contradicted", "evidence": outputs.contradicted[a]}
+        elif outputs is not None and a in outputs.readings and r["layout"] is not None:
+            said, seen = r["evidence"], outputs.readings[a]  # "reads output=0" said in full
+            r = {**r, "evidence": seen if seen.startswith(said) else f"{seen}; {said}"}
         rows.append({"hypothesis": None, "model": model.name, "level": None,
                      "decided_by": r["how"], "records": 0, "options": [],
                      "evidence": r["evidence"], "layer": a, "layout": r["layout"]})  # fmt: skip

@@ -17,6 +17,7 @@ from torch import nn
 
 from ..errors import LayerError
 from .layouts import Layout, Seen, first_input, first_tensor
+from .layouts.outputs import alternatives, default_key, describe
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -33,12 +34,15 @@ def to_device(batch: Any, device: torch.device) -> Any:
 def see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) -> Callable:
     """A probe hook: what the module returned (the tensor read) and was given, how often.
 
-    A declared ``output=`` that the output does not have is that address's error, kept
-    in ``seen`` as a string: the other addresses stay readable.
+    The tensor is the one a run reads (:meth:`.layouts.Layout.select`: the declared
+    ``output=``, else the first). A declared ``output=`` that the output does not have
+    is that address's error, kept in ``seen`` as a string naming the layer, the output's
+    structure and the fix: the other addresses stay readable. A structured output keeps
+    its structure and its other tensors, which a layout question offers with ``output=``.
     """
-    where = f"layer {addr!r}"
 
-    def hook(_mod, args, kwargs, out):
+    def hook(mod, args, kwargs, out):
+        where = f"layer {addr!r} ({type(mod).__name__})"
         try:
             t = layout.select(out, where) if layout is not None else first_tensor(out, where)
         except LayerError as exc:
@@ -53,7 +57,13 @@ def see(seen: dict, addr: str, layout: Layout | None, calls: dict[str, int]) -> 
         elif not (isinstance(before, Seen) and before.out.shape == t.shape
                   and torch.equal(before.out, t)):
             calls[addr] += 1
-        seen[addr] = Seen(t, first_input(args, kwargs))
+        if isinstance(out, torch.Tensor):
+            seen[addr] = Seen(t, first_input(args, kwargs))
+        else:
+            read = layout.output if layout is not None and layout.output is not None else (
+                default_key(out))
+            seen[addr] = Seen(t, first_input(args, kwargs), describe(out),
+                              tuple(alternatives(out, read)))
 
     return hook
 

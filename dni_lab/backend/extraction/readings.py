@@ -128,7 +128,6 @@ class Readings:
         # a declaration is obeyed, but one the probe contradicts is refused, with what it saw
         declared = {a: lay for a, lay in self.layouts.items()
                     if a in seen and a not in shared and lay.axes.count("n") == 1
-                    and lay.output is None  # the second probe reads a first tensor
                     and len(lay.axes) == seen[a].out.dim() >= 3}  # fmt: skip
         if not (todo or declared) or self.frames:  # a frame's batch axis is no record count
             return
@@ -142,7 +141,7 @@ class Readings:
 
         key = (signature(batch), tuple(counts), tuple(sorted(probed)))
         second = second_pass(self.module, key, sample, self.symbols,
-                             {a: modules[a] for a in probed}, run)
+                             {a: modules[a] for a in probed}, run, self.layouts)
         for a, lay in declared.items():
             wrong = contradiction(a, lay, first, second, self.prefix_of(a), self.padded)
             if wrong:

@@ -41,6 +41,10 @@ class Seen:
 
     out: torch.Tensor
     inp: torch.Tensor | None
+    #: a structured output's items (:func:`.outputs.describe`); '' for a tensor
+    structure: str = ""
+    #: the ``output=`` values of its other top-level tensors, which a question offers
+    others: tuple[int | str, ...] = ()
 
 
 @dataclass
@@ -143,6 +147,10 @@ def infer_layouts(
             return ruled("n u"), ""
         if ndim == 1:
             return ruled("n"), ""
+        if s.others:  # the first tensor may not be the one meant: say how to pick another
+            note += (f" It returns {s.structure} and its first tensor is read; if another is "
+                     f"meant, declare it with output=, e.g. dl.Layout("
+                     f"{readings(ndim)[0]!r}, output={s.others[0]!r}).")
         ambiguous[addr] = note
         options = ", ".join(repr(r) for r in readings(ndim))
         example = readings(ndim)[0]

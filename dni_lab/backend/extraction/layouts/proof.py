@@ -60,11 +60,14 @@ class Proof:
     shape: tuple[int, ...] = field(default=())  # the first probe's output shape
 
     def row(self) -> dict[str, Any]:
-        """The provenance entry: the reading (None when asked), how, and what was seen."""
+        """The provenance entry: the reading (None when asked), how, and what was seen
+        (for a declared ``output=``, at least which item of the output is read)."""
+        output = self.layout.output if self.layout is not None else None
+        picked = f"reads output={output!r}" if output is not None else ""
         return {
             "layout": self.layout.spec if self.layout is not None else None,
             "how": self.how,
-            "evidence": self.evidence,
+            "evidence": self.evidence or picked,
         }
 
 
@@ -117,15 +120,24 @@ def signature(batch: Any) -> tuple:
     return (type(batch).__name__,)
 
 
-def shapes_of(modules: Mapping[str, nn.Module], forward: Callable[[], Any]) -> dict[str, tuple]:
-    """Each module's output shape in one call of ``forward``; hooks removed, also on error."""
+def shapes_of(modules: Mapping[str, nn.Module], forward: Callable[[], Any],
+              layouts: Mapping[str, Layout] | None = None) -> dict[str, tuple]:  # fmt: skip
+    """Each module's output shape in one call of ``forward``; hooks removed, also on error.
+
+    The shape is the tensor a run reads: a declared layout's ``output=`` item
+    (:meth:`.spec.Layout.select`), else the first tensor.
+    """
     shapes: dict[str, tuple] = {}
     handles = []
+    layouts = layouts or {}
 
     def keep(addr: str) -> Callable:
+        lay = layouts.get(addr)
+
         def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
             try:
-                shapes.setdefault(addr, tuple(first_tensor(out, addr).shape))
+                t = lay.select(out, addr) if lay is not None else first_tensor(out, addr)
+                shapes.setdefault(addr, tuple(t.shape))
             except Exception:  # no tensor output: nothing to prove a layout with
                 pass
 
@@ -151,13 +163,19 @@ def second_pass(
     symbols: Callable[[Any], int],
     modules: Mapping[str, nn.Module],
     run: Callable[[list], Any],
+    layouts: Mapping[str, Layout] | None = None,
 ) -> Pass | str:
     """The second probe pass over ``modules`` (cached per ``module`` and ``key``).
 
     ``run(records)`` encodes and forwards records (in eval mode, without gradients).
     Records the model refuses once cut are tried again uncut, one more; a model that
     refuses both gives the error's text, which becomes every question's evidence.
+    A layer declared with ``output=`` in ``layouts`` is seen through that item, and the
+    items read are part of the cache's key.
     """
+    picked = tuple((a, lay.output) for a, lay in sorted((layouts or {}).items())
+                   if a in modules and lay.output is not None)  # fmt: skip
+    key = (*key, picked) if picked else key
     try:
         cache = _SECOND.setdefault(module, {})
     except TypeError:  # a module class with __eq__ and no __hash__: proved, not cached
@@ -170,7 +188,7 @@ def second_pass(
     refused = ""
     for recs, cut in tries:
         try:
-            shapes = shapes_of(modules, lambda recs=recs: run(recs))
+            shapes = shapes_of(modules, lambda recs=recs: run(recs), layouts)
         except Exception as exc:  # the model's own refusal is the evidence
             first_line = (str(exc).splitlines() or [""])[0][:200]
             refused = f"{type(exc).__name__}: {first_line}"
@@ -294,10 +312,22 @@ def contradiction(address: str, layout: Layout, first: Pass, second: Pass | str,
             why = "changed size with the records' length, as no units axis does"
         else:
             continue
-        return (f"layer {address!r} is declared {layout.spec!r}, but its axis {k} "
-                f"({letter!r}) {why}: the probes saw {saw}{better}. Declare the reading "
-                "that fits, or leave layouts= out for this layer to have it proved.")
+        return (f"layer {address!r} is declared {layout}, but its axis {k} ({letter!r}) "
+                f"{why}: the probes saw {saw}{better}. {_refix(layout, fits)}")
     return ""
+
+
+def _refix(layout: Layout, fits: Sequence[str]) -> str:
+    """What settles a contradicted declaration: another reading, kept on its ``output=``."""
+    if layout.output is None:
+        return ("Declare the reading that fits, or leave layouts= out for this layer to have it "
+                "proved.")
+    if fits:  # left out, the first tensor would be read: keep the item, fix the axes
+        return (f"Declare the reading that fits for that tensor, e.g. "
+                f"dl.Layout({fits[0]!r}, output={layout.output!r}).")
+    return (f"No reading of that tensor (output={layout.output!r}) as records, symbols and "
+            "units fits both: read another item of the output, or declare each axis (two "
+            "'s' axes for a map, 'r' with reduce= for one reduced).")
 
 
 def _seen(p: Pass, shape: tuple) -> str:

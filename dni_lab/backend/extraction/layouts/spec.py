@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import LayerError
+from .outputs import pick
 
 _LETTERS = frozenset("nsurf")
 _REDUCE = ("mean", "max")
@@ -107,26 +108,10 @@ class Layout:
 
     # -- reading ------------------------------------------------------------
     def select(self, out: Any, where: str) -> torch.Tensor:
-        """The tensor this layout reads from a module's output."""
+        """The tensor this layout reads from a module's output (:func:`.outputs.pick`)."""
         if self.output is None:
             return first_tensor(out, where)
-        try:
-            if isinstance(out, Mapping) or (isinstance(self.output, str) and hasattr(out, "keys")):
-                t = out[self.output]
-            elif isinstance(self.output, str):
-                t = getattr(out, self.output)
-            else:
-                t = out[self.output]
-        except (KeyError, IndexError, AttributeError, TypeError):
-            raise LayerError(
-                f"{where}: the output ({type(out).__name__}) has no item {self.output!r}; "
-                f"pick output= among {describe_output(out)}."
-            ) from None
-        if not isinstance(t, torch.Tensor):
-            raise LayerError(
-                f"{where}: output item {self.output!r} is a {type(t).__name__}, not a tensor."
-            )
-        return t
+        return pick(out, self.output, where, self.spec)
 
     def width(self, shape: torch.Size) -> int:
         """Units per symbol for an output of ``shape``."""
@@ -299,16 +284,6 @@ def first_tensor(out: Any, where: str = "the module") -> torch.Tensor:
     raise LayerError(
         f"{where}: its output ({type(out).__name__}) holds no tensor to read units from."
     )
-
-
-def describe_output(out: Any) -> str:
-    """The items of a structured output, for an error that asks the user to pick one."""
-    if isinstance(out, Mapping) or hasattr(out, "keys"):
-        return ", ".join(repr(k) for k in out.keys())
-    if isinstance(out, (tuple, list)):
-        return ", ".join(str(i) for i in range(len(out)))
-    fields = getattr(out, "__dataclass_fields__", None)
-    return ", ".join(repr(f) for f in fields) if fields else "(none)"
 
 
 def as_layout(value: Any, where: str) -> Layout:
