@@ -58,7 +58,7 @@ demo: $(BASE)
 # would train, stored before it asks.
 test: $(STAMP)
 	@$(PY) -m hypotheses.workloads.warm_store > $(VENV)/warm_store.log 2>&1 & warm=$$!; \
-	$(MAKE) --no-print-directory system-packages saelens-env zoo-env; deps=$$?; \
+	$(MAKE) -j3 --no-print-directory system-packages saelens-env zoo-env; deps=$$?; \
 	wait $$warm; warmed=$$?; cat $(VENV)/warm_store.log; \
 	[ $$deps -eq 0 ] && [ $$warmed -eq 0 ]
 	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
