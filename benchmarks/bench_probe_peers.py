@@ -11,10 +11,16 @@ labels (``sql.range:WhereClause``, "inside the WHERE clause") are written once t
 and writes its held-out logits; the parent scores every tool with one AUROC function
 (``dni_lab.probe.metrics.auroc``, which is scikit-learn's), so only the fits differ.
 
-* ``ours_l2``, ``ours_l1``: ``dl.Probe``'s fit (standardise, then torch L-BFGS in float64,
-  or the ``logreg`` measure's Newton solver for L1) on the matrix;
+* ``ours_l2``, ``ours_l1``: ``dl.Probe``'s fit on the float32 matrix as ``Probe.fit`` hands
+  it on (standardise, then Newton's method with a float64 gradient, or the ``logreg``
+  measure's Newton solver for L1); ``ours_l2_fit_path``: all ``Probe.fit`` does after
+  reading (the fit, its threshold, training AUROC and five-fold out-of-fold AUROC);
 * ``sklearn_l2``, ``sklearn_l1``: ``LogisticRegression`` (lbfgs; liblinear L1) on the
   same standardised rows, the same ``C``;
+* tolerances: ``ours_*`` and ``sklearn_*`` stop at a largest gradient entry of ``1e-8``
+  of the same objective (mean log-loss + ``||w||² / (2 C n)``); the ``*_tol1e-4`` pair at
+  ``1e-4``, scikit-learn's default. ``ours_over_sklearn`` holds each pair's time ratio
+  and AUROC difference;
 * ``probelab``: ``probelab.probes.Logistic`` (its LBFGS, its own standardisation; the
   same objective: mean log-loss plus ``||w||² / (2 C n)``) fed ``Activations.from_tensor``
   (its bundled datasets need the hub);
@@ -23,8 +29,10 @@ and writes its held-out logits; the parent scores every tool with one AUROC func
 
 The peers run in ``.dni_cache/probe-peers-venv`` (built on first use: ``torch==2.13.0``
 first, then ``probelab==0.1.0 hprobes==0.11.0 scikit-learn``), never as dni_lab
-dependencies. Fit times are each tool's median over repeats with one thread; the ratio is
-a tool's time over ``ours_l2``'s. The machine's load is stored with the results.
+dependencies. Fit times are each tool's median over repeats (five) with one thread, wall
+and CPU time (a busy machine moves the CPU time less); the
+``fit_ratio_to_ours_l2`` is a tool's time over ``ours_l2``'s. The machine's load is stored
+with the results.
 """
 
 from __future__ import annotations
@@ -48,7 +56,14 @@ from benchmarks.results_io import write_results  # noqa: E402
 VENV = REPO / ".dni_cache" / "probe-peers-venv"
 WHERE = REPO / ".dni_cache" / "probe-peers-bench"
 SIDE = REPO / "benchmarks" / "probe_peers_side.py"
-OURS = ("ours_l2", "ours_l1", "sklearn_l2", "sklearn_l1")
+OURS = ("ours_l2", "ours_l2_tol1e-4", "ours_l2_fit_path", "ours_l1", "sklearn_l2",
+        "sklearn_l2_tol1e-4", "sklearn_l1")  # fmt: skip
+TOL = {"ours_l2": 1e-8, "ours_l2_tol1e-4": 1e-4, "ours_l2_fit_path": 1e-8, "ours_l1": 1e-8,
+       "sklearn_l2": 1e-8, "sklearn_l2_tol1e-4": 1e-4, "sklearn_l1": 1e-8}  # fmt: skip
+# the headline: ours over scikit-learn at the same tolerance of the same objective
+PAIRS = {"l2_tol1e-8": ("ours_l2", "sklearn_l2"),
+         "l2_tol1e-4": ("ours_l2_tol1e-4", "sklearn_l2_tol1e-4"),
+         "l1_tol1e-8": ("ours_l1", "sklearn_l1")}  # fmt: skip
 PEERS = ("probelab", "hprobes_l1")
 HYPOTHESIS = "WhereClause"
 
@@ -90,6 +105,8 @@ def cache(args: argparse.Namespace) -> dict:
             [acts.record(i, args.layer).numpy() for i in range(len(recs))]
         ).astype(np.float32)
         parts[f"y_{name}"] = np.concatenate([rules.evaluate(r)[:, col] for r in recs]) > 0.5
+        lengths = [len(acts.record(i, args.layer)) for i in range(len(recs))]
+        parts[f"r_{name}"] = np.repeat(np.arange(len(recs)), lengths)  # each row's record
     WHERE.mkdir(parents=True, exist_ok=True)
     np.savez(WHERE / "data.npz", **parts)
     (WHERE / "config.json").write_text(json.dumps({"C": args.C, "repeats": args.repeats}))
@@ -111,7 +128,7 @@ def run_tool(tool: str, py: str) -> dict:
     lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
     if run.returncode or not lines:
         return {"error": (run.stderr or run.stdout)[-2000:]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers-python", default=None, help="an interpreter with the peers")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.repeats = args.repeats or (1 if args.quick else 5)
     from dni_lab.probe import metrics
 
     data = cache(args)
@@ -137,23 +154,38 @@ def main(argv: list[str] | None = None) -> int:
         got = run_tool(tool, sys.executable if tool in OURS else py_peers)
         if "error" not in got:
             got["fit_median_s"] = float(np.median(got["fit_s"]))
+            got["cpu_median_s"] = float(np.median(got["cpu_s"]))
             got["auroc"] = metrics.auroc(np.load(WHERE / f"{tool}.npy"), y_test)
         tools[tool] = got
     base = tools["ours_l2"].get("fit_median_s")
-    print(f"{'tool':<12} {'fit (s)':>9} {'/ ours_l2':>10} {'held-out AUROC':>15}")
+    print(f"{'tool':<20} {'fit (s)':>9} {'CPU (s)':>9} {'/ ours_l2':>10} {'held-out AUROC':>15}")
     for tool, got in tools.items():
         if "error" in got:
-            print(f"{tool:<12} failed: {got['error'][-300:]}")
+            print(f"{tool:<20} failed: {got['error'][-300:]}")
             continue
         got["fit_ratio_to_ours_l2"] = got["fit_median_s"] / base if base else None
-        print(f"{tool:<12} {got['fit_median_s']:>9.3f} {got['fit_ratio_to_ours_l2']:>10.2f} "
+        print(f"{tool:<20} {got['fit_median_s']:>9.3f} {got['cpu_median_s']:>9.3f} "
+              f"{got['fit_ratio_to_ours_l2']:>10.2f} "
               f"{got['auroc']:>15.4f}")  # fmt: skip
+    ratios = {}
+    for name, (a, b) in PAIRS.items():
+        ta, tb = tools[a].get("fit_median_s"), tools[b].get("fit_median_s")
+        if ta and tb:
+            ca, cb = tools[a]["cpu_median_s"], tools[b]["cpu_median_s"]
+            ratios[name] = {"ours": a, "sklearn": b, "time_ratio": ta / tb,
+                            "cpu_time_ratio": ca / cb,
+                            "auroc_difference": tools[a]["auroc"] - tools[b]["auroc"]}  # fmt: skip
+            print(f"{a} / {b}: {ta / tb:.2f}x the time ({ca / cb:.2f}x the CPU time), "
+                  f"AUROC difference {ratios[name]['auroc_difference']:+.1e}")  # fmt: skip
+    for tool, got in tools.items():
+        got["tol"] = TOL.get(tool)
     load = list(os.getloadavg())
     contended = load[0] > 1.0
     print(f"load average {load[0]:.2f}{' (contended: ratios are indicative)' if contended else ''}")
     write_results(args.json, {
         "quick": args.quick, "C": args.C, "repeats": args.repeats, "data": data,
-        "tools": tools, "contended": contended, "load_average_end": load,
+        "tools": tools, "ours_over_sklearn": ratios, "contended": contended,
+        "load_average_end": load,
     })  # fmt: skip
     return 0
 

@@ -29,10 +29,21 @@ def test_ours_and_scikit_learn_fit_one_objective(where, penalty):
     path, y_test = where
     for tool in (f"ours_{penalty}", f"sklearn_{penalty}"):
         got = side.main(tool, path)
-        assert len(got["fit_s"]) == 1 and got["fit_s"][0] > 0
+        assert len(got["fit_s"]) == len(got["cpu_s"]) == 1 and got["fit_s"][0] > 0
     ours = np.load(path / f"ours_{penalty}.npy")
     theirs = np.load(path / f"sklearn_{penalty}.npy")
     assert ours.shape == theirs.shape == y_test.shape
     # scikit-learn keeps the float32 rows in float32: agreement to its rounding
     np.testing.assert_allclose(ours, theirs, atol=1e-3)
     assert roc_auc_score(y_test, ours) > 0.75
+
+
+def test_the_whole_fit_path_keeps_the_fit_on_every_row(where):
+    # ours_l2_fit_path adds the threshold and five warm-started fold fits to ours_l2's fit:
+    # the probe it scores with is still the fit on every row
+    path, _ = where
+    side.main("ours_l2", path)
+    side.main("ours_l2_fit_path", path)
+    np.testing.assert_allclose(
+        np.load(path / "ours_l2_fit_path.npy"), np.load(path / "ours_l2.npy"), atol=1e-12
+    )

@@ -6,8 +6,9 @@ with the symbols read::
     L2:  mean log-loss + ||w||² / (2 C n)        L1:  mean log-loss + ||w||₁ / (C n)
 
 (intercept unpenalised), so a fit here and ``LogisticRegression(C=C, penalty=...)`` on the
-same standardised rows have one optimum. L2 is smooth: scipy's L-BFGS-B (the solver of
-scikit-learn's ``lbfgs``) in float64, on a closed-form gradient, solves it. L1 is not: it
+same standardised rows have one optimum. L2 is smooth: Newton's method in float64
+(:mod:`.newton`; the Hessian is units × units) solves it in a few passes over the rows,
+and stops on the gradient as scikit-learn's ``lbfgs`` does. L1 is not smooth: it
 goes to the projected Newton solver of the ``logreg`` measure
 (:func:`dni_lab.backend.measures._newton.newton`), as one column trained on every row,
 so a probe and the measure's probe zero the same coefficients.
@@ -20,11 +21,10 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
-from torch.nn.functional import softplus
 
 from ..backend.measures._newton import Problem, initial_weights, newton
 from ..backend.measures._roc import auroc as roc_auroc
+from .newton import Rows, newton_l2
 
 _F64 = torch.float64
 
@@ -39,14 +39,20 @@ class LogisticFit(NamedTuple):
 
 
 def fit_logistic(
-    X: torch.Tensor, y: torch.Tensor, C: float, penalty: str, tol: float, max_iter: int
+    rows: Rows,
+    y: torch.Tensor,
+    C: float,
+    penalty: str,
+    tol: float,
+    max_iter: int,
+    start: tuple[np.ndarray, float] | None = None,
 ) -> LogisticFit:
-    """A penalised logistic regression of ``y`` (0/1) on the standardised rows ``X``.
+    """A penalised logistic regression of ``y`` (0/1) on the standardised rows.
 
     Parameters
     ----------
-    X : torch.Tensor
-        ``(n, d)`` standardised units, one row per symbol.
+    rows : Rows
+        The training rows and their standardisation (:func:`.newton.standardise`).
     y : torch.Tensor
         ``(n,)`` 0/1 targets, both present.
     C : float
@@ -54,10 +60,13 @@ def fit_logistic(
     penalty : {"l2", "l1"}
         The penalty on the slopes.
     tol : float
-        L2: the largest gradient entry at which L-BFGS stops; L1: the largest Newton step
-        (on standardised units) at which the Newton solver stops.
+        L2: the largest gradient entry at which Newton's method stops (what
+        scikit-learn's ``lbfgs`` stops on, for the same objective); L1: the largest
+        Newton step (on standardised units) at which the ``logreg`` solver stops.
     max_iter : int
         The most solver steps.
+    start : (coef, intercept), optional
+        L2 only: a warm start on the standardised units.
 
     Returns
     -------
@@ -66,34 +75,9 @@ def fit_logistic(
         the caller warns).
     """
     if penalty == "l1":
-        return _fit_l1(X, y, C, tol, max_iter)
-    return _fit_l2(X.to(_F64), y.to(_F64), C, tol, max_iter)
-
-
-def _fit_l2(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
-    n, d = X.shape
-    lam = 1.0 / (C * n)
-    w0 = np.zeros(d + 1)
-    rate = float(y.mean())  # start at the base rate: the intercept's own optimum at w = 0
-    w0[0] = np.log(rate / (1 - rate))
-    sign = 1 - 2 * y  # log(1 + e^{-z}) for a positive row, log(1 + e^{z}) for a negative
-
-    def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
-        # the gradient in closed form, two matrix-vector products: no autograd graph
-        wt = torch.from_numpy(w)
-        z = X @ wt[1:] + wt[0]
-        f = softplus(z * sign).mean() + 0.5 * lam * (wt[1:] ** 2).sum()
-        r = (torch.sigmoid(z) - y) / n
-        g = torch.cat([r.sum()[None], X.T @ r + lam * wt[1:]])
-        return float(f), g.numpy()
-
-    # scipy's L-BFGS-B (scikit-learn's lbfgs solver): ftol=0, so it stops on the gradient
-    opts = {"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 20}
-    res = minimize(loss_grad, w0, jac=True, method="L-BFGS-B", options=opts)
-    # L-BFGS also stops when a line search cannot decrease further (float64's floor);
-    # within 10·tol of the stationary point that is as converged as float64 allows
-    converged = bool(np.abs(loss_grad(res.x)[1]).max() <= 10 * tol)
-    return LogisticFit(res.x[1:].copy(), float(res.x[0]), int(res.nit), converged)
+        return _fit_l1(rows.Z, y, C, tol, max_iter)
+    coef, intercept, steps, converged = newton_l2(rows, y, C, tol, max_iter, start)
+    return LogisticFit(coef.copy(), intercept, steps, converged)
 
 
 def _fit_l1(X: torch.Tensor, y: torch.Tensor, C: float, tol: float, max_iter: int) -> LogisticFit:
