@@ -2,7 +2,7 @@
 
 Usage (``bench_patching.py`` runs it; by hand for debugging)::
 
-    python benchmarks/patching_side.py {ours,ours_null,transformer_lens} DIR
+    python benchmarks/patching_side.py {ours,ours_null,ours_null_stepwise,transformer_lens} DIR
 
 ``DIR`` holds what the parent wrote: the GPT-2 (``save_pretrained``), its tokenizer and
 ``data.json`` (clean and corrupted token ids, the answer ids, the repeats). Nothing comes
@@ -13,7 +13,9 @@ neither dni_lab nor TransformerLens at the top. Each grid is timed as a user run
   ones (the baselines a metric is read against), then ``transformer_lens.patching``'s
   ``get_act_patch_resid_pre`` / ``get_act_patch_attn_head_out_all_pos``;
 * ``ours``: ``dl.verify.patch_grid`` (both baselines inside), ``null=False``;
-* ``ours_null``: the same with its null grid (twice the patched passes).
+* ``ours_null``: the same with its null grid (in the same passes: twice their rows);
+* ``ours_null_stepwise``: the same with GPT-2's GELU left step by step (the module as
+  TransformerLens runs it; ``patch_grid`` runs it as one fused kernel: ``grid_kernels``).
 
 The other sites (``resid_mid``, ``attn_out``, ``mlp_out``, q, k, v over all positions,
 the heads' outputs per position) run once each, untimed, for their values. Printed: one
@@ -112,6 +114,15 @@ def tool_ours_null(module, tok, data):
     return _ours(module, tok, data, null=True)
 
 
+def tool_ours_null_stepwise(module, tok, data):
+    """With the null, GPT-2's GELU run step by step as TransformerLens runs it (not fused)."""
+    from dni_lab.backend.verify import grid_kernels
+
+    grid_kernels._STEPWISE_TANH_GELU = set()
+    runs, _checks, values = _ours(module, tok, data, null=True)
+    return runs, {}, values
+
+
 def main(tool: str, where: Path) -> dict:
     from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -135,6 +146,7 @@ def main(tool: str, where: Path) -> dict:
                 cpu[key].append(time.process_time() - c)
     out.update({f"seconds_{k}": statistics.median(v) for k, v in times.items()})
     out.update({f"cpu_seconds_{k}": statistics.median(v) for k, v in cpu.items()})
+    out.update({f"min_seconds_{k}": min(v) for k, v in times.items()})
     (where / f"{tool}.json").write_text(json.dumps(grids))
     out["versions"] = {"torch": torch.__version__}
     for pkg in ("transformers", "transformer_lens"):

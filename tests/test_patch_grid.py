@@ -37,15 +37,17 @@ def planted():
 
 
 class Passes:
-    """Counts the module's forward passes and the rows of each."""
+    """Counts the module's forward passes: the rows and tokens of each."""
 
     def __init__(self, module):
         self.rows: list[int] = []
+        self.tokens: list[int] = []
         self.h = module.register_forward_pre_hook(self.seen, with_kwargs=True)
 
     def seen(self, _m, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
         self.rows.append(int(ids.shape[0]))
+        self.tokens.append(int(ids.shape[1]))
 
     def __enter__(self):
         return self
@@ -122,14 +124,28 @@ def test_the_same_tensor_read_as_two_sites_gives_the_same_cells(planted):
 
 
 def test_baselines_run_once_and_cells_share_passes(planted):
-    module, _tok, m, _answers, same = planted
+    module, tok, m, _answers, same = planted
     with Passes(module) as seen:
         g = dl.verify.patch_grid(m, SAME_CLEAN, SAME_CORRUPTED, "resid_pre", answers=same,
                                  device="cpu")  # fmt: skip
-    n, T = len(SAME_CLEAN), m.symbols(SAME_CLEAN[0])
-    # clean and corrupted once; then per layer one pass of every position, and its null
-    assert seen.rows.count(n) == 2 and len(seen.rows) == 2 + 2 * 2
-    assert seen.rows[2:] == [n * T] * 4 and g.summary["forwards"] == len(seen.rows)
+    n, T = len(SAME_CLEAN), len(tok(SAME_CLEAN[0])["input_ids"])
+    S = m.symbols(SAME_CLEAN[0])
+    # clean and corrupted once, whole; one check that a pass from the middle token
+    # reproduces the target run (the planted GPT-2 is a causal LM)
+    assert seen.rows[:3] == [n, n, n] and seen.tokens[:3] == [T, T, T - T // 2]
+    # then per layer one pass per patched position, its null's copies in the same pass,
+    # each starting at its own token: the tokens before it are the target's keys and values
+    patched = list(zip(seen.rows[3:], seen.tokens[3:], strict=True))
+    assert len(patched) == 2 * S and {r for r, _ in patched} == {2 * n}
+    per_layer = [t for _, t in patched[:S]]
+    assert per_layer == sorted(per_layer, reverse=True) and len(set(per_layer)) == S
+    assert per_layer[0] == T and per_layer[-1] < T and [t for _, t in patched[S:]] == per_layer
+    assert g.summary["forwards"] == len(seen.rows)
+    # a per-head grid over all positions cannot start late: whole passes, null included
+    with Passes(module) as seen:
+        dl.verify.patch_grid(m, SAME_CLEAN, SAME_CORRUPTED, "z", answers=same, device="cpu")
+    assert seen.rows[:2] == [n, n] and set(seen.tokens) == {T}
+    assert all(r % (2 * n) == 0 for r in seen.rows[2:])
 
 
 def test_every_grid_carries_a_null_read_against_the_cells(planted):
@@ -157,7 +173,7 @@ def hooks_of(module) -> int:
 def state(module):
     return (hooks_of(module), [x.training for x in module.modules()],
             [(p.requires_grad, p.grad) for p in module.parameters()],
-            list(module.transformer.h))  # fmt: skip
+            list(module.transformer.h), list(module.modules()))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -198,12 +214,14 @@ def test_the_model_is_left_as_found_after_a_grid_an_error_and_a_stop(planted):
         dl.verify.patch_grid(m, CLEAN, CORRUPTED, "resid_post", answers=answers, device="cpu")
         dl.verify.attribution_grid(m, CLEAN, CORRUPTED, "z", answers=answers, device="cpu")
         assert state(module) == before
-        for site in ("resid_post", "z"):  # a Stop inside a patched pass, blocks replayed
+        # a Stop inside the first patched pass, blocks (and a block's attention or MLP)
+        # replayed: after the two baselines, and a position grid's check of late starts
+        for site, at in (("resid_post", 4), ("z", 3), ("mlp_out", 4)):
             passes = []
 
-            def stop(_m, _a, _o, passes=passes):
+            def stop(_m, _a, _o, passes=passes, at=at):
                 passes.append(1)
-                if len(passes) == 3:  # the first patched pass (two baselines before it)
+                if len(passes) == at:
                     raise KeyboardInterrupt
 
             h = module.transformer.ln_f.register_forward_hook(stop)
@@ -212,7 +230,7 @@ def test_the_model_is_left_as_found_after_a_grid_an_error_and_a_stop(planted):
                     dl.verify.patch_grid(m, CLEAN, CORRUPTED, site, answers=answers, device="cpu")
             finally:
                 h.remove()
-            assert state(module) == before and len(passes) == 3
+            assert state(module) == before and len(passes) == at
 
         def bad(records, output, pairs):
             return output[:, -1, :2]
@@ -265,16 +283,25 @@ def test_the_heatmap_panel_shows_the_grid_and_its_null(planted):
 def test_batches_of_pairs_and_of_cells_add_up_to_one_grid(planted, monkeypatch):
     import importlib
 
-    # the package's name patch_grid is the function; the module is where the budget lives
-    grid_module = importlib.import_module("dni_lab.backend.verify.patch_grid")
+    # the module where the budgets of one patched pass live
+    grid_module = importlib.import_module("dni_lab.backend.verify.grid_run")
 
     _module, _tok, m, answers, _ = planted
     whole = dl.verify.patch_grid(m, CLEAN, CORRUPTED, "resid_pre", answers=answers, null=False,
                                  device="cpu")  # fmt: skip
-    monkeypatch.setattr(grid_module, "_OUTPUT_BUDGET", 1)  # one cell per patched pass
+    monkeypatch.setattr(grid_module, "_TOKEN_BUDGET", 1)  # one cell per patched pass
     cut = dl.verify.patch_grid(m, CLEAN, CORRUPTED, "resid_pre", answers=answers, null=False,
                                device="cpu", batch_size=1)  # fmt: skip
     np.testing.assert_allclose(cut.frame["metric"], whole.frame["metric"], atol=1e-5)
+    # heads over all positions share passes: one head per pass adds up to the same grid
+    monkeypatch.undo()
+    whole = dl.verify.patch_grid(m, CLEAN, CORRUPTED, "z", layers=[0], answers=answers,
+                                 device="cpu")  # fmt: skip
+    monkeypatch.setattr(grid_module, "_TOKEN_BUDGET", 1)
+    cut = dl.verify.patch_grid(m, CLEAN, CORRUPTED, "z", layers=[0], answers=answers,
+                               device="cpu")  # fmt: skip
+    for col in ("metric", "null_metric"):
+        np.testing.assert_allclose(cut.frame[col], whole.frame[col], atol=1e-5)
     assert cut.summary["forwards"] > whole.summary["forwards"]
 
 

@@ -24,8 +24,9 @@ from ..extraction.extract import on_device, resolve_device, to_device
 from ..extraction.models import Model, _first_tensor
 from .common import Verification
 from .gradients import check_metric
+from .grid_run import capture
 from .grid_sites import SiteHook, grid_cells
-from .patch_grid import GridMetric, capture, length_groups, patch_grid, plan_grid
+from .patch_grid import GridMetric, length_groups, patch_grid, plan_grid
 from .patching import Metric, _last_symbol
 
 

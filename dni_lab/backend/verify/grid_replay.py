@@ -5,7 +5,9 @@ before it compute what the target run already did. While a patched pass runs, ea
 those blocks is swapped for a :class:`Replay` that returns the target run's output of the
 last of them (repeated once per copy), and the original blocks are put back on exit, also
 on error or a Stop. A site that *is* a block's output (``resid_post``, ``resid_pre`` of a
-later block) is written into the replayed value itself, so that block is skipped too.
+later block) is written into the replayed value itself, so that block is skipped too. A
+site inside a block replays the block's part before it (:class:`Inner`: the attention
+under ``z``, ``attn_out`` and ``resid_mid``, the MLP under ``mlp_out``).
 """
 
 from __future__ import annotations
@@ -64,18 +66,20 @@ def block_outputs(model: Model, keep: dict[int, Any]) -> Iterator[None]:
             h.remove()
 
 
-def _repeat(out: Any, copies: int, rows: int) -> tuple[Any, torch.Tensor]:
-    """``out`` with its per-record tensors repeated ``copies`` times; its first tensor."""
+def _repeat(out: Any, copies: int, rows: int, start: int = 0) -> tuple[Any, torch.Tensor]:
+    """``out`` with its per-record tensors repeated ``copies`` times; its first tensor (the
+    hidden states) from token ``start`` on."""
 
-    def rep(t: Any) -> Any:
+    def rep(t: Any, cut: bool = False) -> Any:
         if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == rows:
+            t = t[:, start:] if cut and start else t
             return t.repeat(copies, *([1] * (t.dim() - 1)))
         return t
 
     if isinstance(out, (tuple, list)):
-        items = [rep(t) for t in out]
+        items = [rep(t, i == 0) for i, t in enumerate(out)]
         return type(out)(items), items[0]
-    first = rep(out)
+    first = rep(out, True)
     return first, first
 
 
@@ -93,8 +97,10 @@ def replayed(
     copies: int,
     rows: int,
     edit: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    start: int = 0,
 ) -> Iterator[None]:
-    """Blocks ``0..last`` replay ``output`` (block ``last``'s target output), ``edit``-ed.
+    """Blocks ``0..last`` replay ``output`` (block ``last``'s target output), ``edit``-ed,
+    from token ``start`` on (a pass that starts there: :mod:`.grid_prefix`).
 
     Nothing is replayed when ``last`` is negative.
     """
@@ -102,7 +108,7 @@ def replayed(
     if mods is None or last < 0:
         yield
         return
-    value, first = _repeat(output, copies, rows)
+    value, first = _repeat(output, copies, rows, start)
     if edit is not None:
         value = _with_first(value, edit(first))
     saved = [mods[i] for i in range(last + 1)]
@@ -113,3 +119,72 @@ def replayed(
     finally:
         for i, b in enumerate(saved):
             mods[i] = b
+
+
+class Inner:
+    """Where a site inside a block sits: the block's child that holds it (its *part*: the
+    attention, the MLP). Within a patched pass the part is replayed too: its target
+    output with the site written (the site *is* its output), or the site's module run on
+    the written site (the site is that module's input and the module's output is the
+    part's, as an attention's output projection). What comes before the site in the part
+    (the attention itself, under a head's output) is then not computed."""
+
+    def __init__(self, block: nn.Module, name: str, part: nn.Module, site: nn.Module) -> None:
+        self.block, self.name, self.part, self.site = block, name, part, site
+
+    @classmethod
+    def of(cls, model: Model, b: int, site: nn.Module, side: str) -> Inner | None:
+        """The part of block ``b`` holding ``site``, where it can be replayed."""
+        mods = blocks(model)
+        if mods is None or not 0 <= b < len(mods):
+            return None
+        for name, part in mods[b].named_children():
+            if part is site:
+                return cls(mods[b], name, part, site) if side == "output" else None
+            if side == "input" and any(site is m for m in part.modules()):
+                return cls(mods[b], name, part, site)
+        return None
+
+    @contextlib.contextmanager
+    def kept(self, keep: dict) -> Iterator[None]:
+        """Within the block, the target run's part output (and the site module's input
+        and output) are kept in ``keep``."""
+        hs = [self.part.register_forward_hook(lambda _m, _a, o: keep.__setitem__("part", o))]
+        if self.site is not self.part:
+            hs.append(self.site.register_forward_pre_hook(
+                lambda _m, a: keep.__setitem__("input", a[0])))  # fmt: skip
+            hs.append(self.site.register_forward_hook(
+                lambda _m, _a, o: keep.__setitem__("output", o)))  # fmt: skip
+        try:
+            yield
+        finally:
+            for h in hs:
+                h.remove()
+
+    def holds(self, keep: dict) -> bool:
+        """Whether the part's output is the site module's, exactly (checked per batch)."""
+        if "part" not in keep:
+            return False
+        if self.site is self.part:
+            return True
+        out = keep.get("output")
+        first = keep["part"][0] if isinstance(keep["part"], (tuple, list)) else keep["part"]
+        same = isinstance(out, torch.Tensor) and out.shape == first.shape
+        return same and torch.equal(out, first)
+
+    @contextlib.contextmanager
+    def replayed(self, keep: dict, copies: int, rows: int, start: int,
+                 edit: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:  # fmt: skip
+        """Within the block, the part returns its target output with the site ``edit``-ed."""
+        value, first = _repeat(keep["part"], copies, rows, start)
+        if self.site is self.part:
+            value = _with_first(value, edit(first))
+        else:
+            x = keep["input"][:, start:]
+            x = x.repeat(copies, *([1] * (x.dim() - 1)))
+            value = _with_first(value, self.site(edit(x)))
+        setattr(self.block, self.name, Replay(value))
+        try:
+            yield
+        finally:
+            setattr(self.block, self.name, self.part)
