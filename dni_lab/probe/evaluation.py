@@ -5,7 +5,9 @@ them to :mod:`.metrics`. :func:`nulls` compares the probe's AUROC with what it w
 without the concept: a control task per symbol *type* (Hewitt & Liang's selectivity, the
 types from :func:`dni_lab.backend.verify.controls.symbol_types`: a transformer's token
 ids), random directions of the probe's norm, and the same probe on an untrained copy the
-user passes.
+user passes. It reads, then hands the readings to :func:`null_rows`; :mod:`.sweep`, which
+reads every layer in one pass, builds each layer's splits (:func:`split_part`) and calls
+:func:`null_rows` too.
 """
 
 from __future__ import annotations
@@ -88,6 +90,28 @@ def reliability(
     return metrics.reliability_table(expit(z), y, n_bins, bins)
 
 
+def record_types(model: Any, recs: list) -> np.ndarray:
+    """Each symbol's type (:func:`symbol_types`), records in order: what a control labels."""
+    return np.concatenate([np.asarray(symbol_types(model, x), dtype=object) for x in recs])
+
+
+def split_part(model: Any, r: Reading, types: np.ndarray | None, what: str, width: int,
+               layer: str) -> dict[str, Any]:  # fmt: skip
+    """One reading's rows where labels are defined, as the nulls fit on them: ``X`` in
+    float64 (the one float64 copy of the layer), ``y``, ``record`` and (for the control
+    task) ``types``."""
+    check_width(r, width, layer)
+    rows, y = binary_targets(r.y, what)
+    if types is not None and len(types) != len(r.record):
+        raise DNIError(
+            f"model {model.name!r} reads {len(r.record)} symbols of these records "
+            f"but types {len(types)}; the control task needs one type per symbol."
+        )
+    sel = torch.from_numpy(rows)
+    return {"X": r.X[sel].double(), "y": y, "record": r.record[rows],
+            "types": None if types is None else types[rows]}  # fmt: skip
+
+
 class _Split:
     """One model's reading of the training and held-out records, with task labels.
 
@@ -95,30 +119,23 @@ class _Split:
     ``i`` is scored by a probe fitted without fold ``i % folds``.
     """
 
-    def __init__(self, model: Any, probe: Any, test: list, train: list | None, args: dict) -> None:
-        self.model = as_model(model)
-        self.width = probe.coef_.shape[1]
-        self.test = self._read(test, args["hypothesis"], args["labels"], probe)
-        self.train = (
-            None
-            if train is None
-            else self._read(train, args["hypothesis"], args["train_labels"], probe)
-        )
+    def __init__(self, test: dict[str, Any], train: dict[str, Any] | None) -> None:
+        self.test, self.train = test, train
 
-    def _read(self, recs: list, hypothesis: Any, labels: Any, p: Any) -> dict[str, Any]:
-        r: Reading = read(self.model, recs, p.layer, p.units, p.block_size, p.device,
-                          hypothesis, labels)  # fmt: skip
-        check_width(r, self.width, p.layer)
-        rows, y = binary_targets(r.y, "the hypothesis" if labels is None else "labels")
-        types = np.concatenate([np.asarray(symbol_types(self.model, x), dtype=object)
-                                for x in recs])  # fmt: skip
-        if len(types) != len(r.record):
-            raise DNIError(
-                f"model {self.model.name!r} reads {len(r.record)} symbols of these records "
-                f"but types {len(types)}; the control task needs one type per symbol."
-            )
-        sel = torch.from_numpy(rows)
-        return {"X": r.X[sel].double(), "y": y, "record": r.record[rows], "types": types[rows]}
+    @classmethod
+    def read(cls, model: Any, probe: Any, test: list, train: list | None, args: dict) -> _Split:
+        """Read the probe's layer of ``model`` over both sets of records."""
+        model = as_model(model)
+
+        def part(recs: list, labels: Any) -> dict[str, Any]:
+            r = read(model, recs, probe.layer, probe.units, probe.block_size, probe.device,
+                     args["hypothesis"], labels)  # fmt: skip
+            what = "the hypothesis" if labels is None else "labels"
+            types = record_types(model, recs)
+            return split_part(model, r, types, what, probe.coef_.shape[1], probe.layer)
+
+        tested = part(test, args["labels"])
+        return cls(tested, None if train is None else part(train, args["train_labels"]))
 
 
 def _auroc(fresh: Any, split: _Split, folds: int, table: dict | None = None) -> float:
@@ -170,21 +187,37 @@ def nulls(
     tr = None if train is None else list(as_records(train))
     args = {"hypothesis": hypothesis, "labels": labels, "train_labels": train_labels}
     folds = probe.folds or DEFAULT_FOLDS
-    scored = "held_out" if tr is not None else f"out_of_fold_{folds}"
+    if not allow_other_model:
+        storage.require_same_model(probe, as_model(model), "this probe")
+    split = _Split.read(model, probe, test, tr, args)
+    base = None if untrained is None else _Split.read(untrained, probe, test, tr, args)
+    return null_rows(probe, split, base, folds, n_controls, n_directions, seed)
+
+
+def null_rows(
+    probe: Any,
+    split: _Split,
+    base: _Split | None,
+    folds: int,
+    n_controls: int,
+    n_directions: int,
+    seed: int,
+) -> pl.DataFrame:
+    """:func:`nulls`' frame from readings already made: ``split`` (the model's), ``base``
+    (the untrained copy's, or None). Shared with :func:`~.sweep.sweep`, which reads
+    every layer once and builds one layer's splits at a time."""
 
     def clone() -> Any:  # the same probe, unfitted (sklearn.base.clone's contract)
         return type(probe)(**{**probe.get_params(), "folds": None})
 
-    if not allow_other_model:
-        storage.require_same_model(probe, as_model(model), "this probe")
-    split = _Split(model, probe, test, tr, args)
+    held_out = split.train is not None
+    scored = "held_out" if held_out else f"out_of_fold_{folds}"
     te = split.test
     # held out: the fitted probe itself; out of fold: the same probe refitted per fold
-    task = (
-        solver.auroc(probe._logits(te["X"]), te["y"])
-        if tr is not None
-        else _auroc(clone(), split, folds)
-    )
+    if held_out:
+        task = solver.auroc(probe._logits(te["X"]), te["y"])
+    else:
+        task = _auroc(clone(), split, folds)
     rows = [("task", task, None, None, None, 1)]
 
     # (a) a label per symbol type with the task's base rate, the same probe fitted on it
@@ -208,8 +241,7 @@ def nulls(
     rows.append(("random_direction", *_spread(rand)))
 
     # (c) the same probe on an untrained copy the user built (never built here)
-    if untrained is not None:
-        base = _Split(untrained, probe, test, tr, args)
+    if base is not None:
         rows.append(("untrained_model", _auroc(clone(), base, folds), None, None, None, 1))
     frame = pl.DataFrame(rows, schema=["null", "auroc", "sd", "lo", "hi", "n"], orient="row")
     return frame.with_columns(difference=pl.lit(task) - pl.col("auroc"), scored=pl.lit(scored))

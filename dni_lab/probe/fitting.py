@@ -1,12 +1,13 @@
 """How a :class:`~dni_lab.probe.Probe` learns: from records to its attributes ending in ``_``.
 
 :class:`Fitting` is the part of ``Probe`` that fits: ``fit`` reads the layer and the
-labels (:mod:`.reading`), standardises and solves (:mod:`.newton`, :mod:`.solver`),
-picks the F1 threshold, scores the training and out-of-fold AUROC, and binds the probe to
-the model and data it learned from (the sidecar's content, :mod:`.storage`). The
-private steps (``_learn``, ``_logits``, ``_cv_auroc``, ``_bind``) are shared with
-:mod:`.evaluation`, :mod:`.frames` and :mod:`.transfer`, which refit or score probes on
-rows already read.
+labels (:mod:`.reading`) and hands the reading to ``_fit_reading`` (shared with
+:mod:`.sweep`, which reads every layer in one pass), which standardises and solves
+(:mod:`.newton`, :mod:`.solver`), picks the F1 threshold, scores the training and
+out-of-fold AUROC, and binds the probe to the model and data it learned from (the
+sidecar's content, :mod:`.storage`). The private steps (``_learn``, ``_logits``,
+``_cv_auroc``, ``_bind``) are shared with :mod:`.evaluation`, :mod:`.frames` and
+:mod:`.transfer`, which refit or score probes on rows already read.
 """
 
 from __future__ import annotations
@@ -77,7 +78,16 @@ class Fitting:
         r = read(
             model, records, self.layer, self.units, self.block_size, self.device, hypothesis, labels
         )
-        rows, y = binary_targets(r.y, "the hypothesis" if labels is None else "labels")
+        return self._fit_reading(model, r, hypothesis)
+
+    def _fit_reading(self, model: Any, r: Reading, hypothesis: Any = None) -> Any:
+        """Fit on a layer already read (``r``, with its labels): what :meth:`fit` does after
+        reading, shared with :func:`~.sweep.sweep`, which reads every layer in one pass.
+
+        ``hypothesis`` is None where ``r.y`` came from ``labels=``.
+        """
+        what = "labels" if hypothesis is None else "the hypothesis"
+        rows, y = binary_targets(r.y, what)
         # float32 rows as read: the solver makes the one float64 copy it needs
         X = r.X if len(rows) == len(r.X) else r.X[torch.from_numpy(rows)]
         if self.folds is not None and r.n_records < self.folds:

@@ -71,6 +71,8 @@ def read(
 ) -> Reading:
     """Read ``layer`` (its ``units``, or all) over ``records``, with labels if asked.
 
+    :func:`read_layers` with one layer.
+
     Raises
     ------
     LayerError
@@ -80,10 +82,45 @@ def read(
     LevelError
         An undeclared level that no record's counts decide (decided once, for all records).
     """
+    one = read_layers(model, records, [layer], units, block_size, device, hypothesis, labels)
+    return one[layer]
+
+
+def read_layers(
+    model: Model,
+    records: Iterable[Any],
+    layers: Sequence[str],
+    units: Sequence[int] | None,
+    block_size: int,
+    device: str | torch.device,
+    hypothesis: Any = None,
+    labels: Sequence[Any] | None = None,
+) -> dict[str, Reading]:
+    """Read every one of ``layers`` over ``records`` in one forward pass per block.
+
+    The layers are one :func:`dni_lab.activations` call, so each block of
+    ``block_size`` records runs the model once for all of them; the labels (a
+    hypothesis or ``labels=``) are evaluated once and shared by every layer's
+    :class:`Reading` (one ``y``, ``record`` and ``symbol`` array, not copies).
+
+    Memory: each block's padded tensors are cut to their symbols' rows as the block is
+    read, so what is held is every layer's float32 ``(n_symbols, units)`` rows, plus,
+    while one layer's blocks are joined, a second copy of that one layer.
+
+    Returns
+    -------
+    dict of str to Reading
+        One reading per distinct layer name, in the order given.
+
+    Raises
+    ------
+    As :func:`read`, for the first layer the model does not have.
+    """
     recs = list(as_records(records))  # read twice: activations, then labels
     if not recs:
         raise DNIError("records is empty; pass the records the probe reads.")
-    name = layer if units is None else (layer, list(units))
+    layers = list(dict.fromkeys(layers))
+    names = [layer if units is None else (layer, list(units)) for layer in layers]
     family = None
     if hypothesis is not None:
         # the level decided once, from the records whose counts differ (a '9' alone says nothing)
@@ -93,35 +130,40 @@ def read(
                 f"hypothesis {family.name!r} has {len(family.signals())} signals; a probe fits "
                 "one: pass one hypothesis (dl.hypothesis), not a family."
             )
-    Xs, ys, rec_ix, sym_ix = [], [], [], []
-    caches = activations(model, recs, [name], block_size=block_size, device=device, stream=True)
+    blocks: dict[str, list[torch.Tensor]] = {layer: [] for layer in layers}
+    n_symbols: list[int] = []
+    ys: list[np.ndarray] = []
+    caches = activations(model, recs, names, block_size=block_size, device=device, stream=True)
     cache = None
     for cache in caches:
         lengths = cache.lengths.tolist()
-        acts = cache[layer]  # a (layer, units) name is cached under its layer
-        for i, n in enumerate(lengths):
-            Xs.append(acts[i, :n])
-            rec_ix.append(np.full(n, cache.first + i, dtype=np.int64))
-            sym_ix.append(np.arange(n, dtype=np.int64))
+        n_symbols += lengths
+        for layer in layers:
+            acts = cache[layer]  # a (layer, units) name is cached under its layer
+            # only the symbols' rows kept: the padded block is freed with the cache
+            blocks[layer].append(torch.cat([acts[i, :n] for i, n in enumerate(lengths)]))
         if family is not None:
             block = recs[cache.first : cache.first + cache.n_records]
             H = hypothesis_block([family], block, lengths, cache.first, None)
             ys += [H[i, :n, 0].astype(np.float64) for i, n in enumerate(lengths)]
+    addresses, unit_ix = cache.addresses, cache.units
+    del cache
+    counts = np.asarray(n_symbols, dtype=np.int64)
+    record = np.repeat(np.arange(len(recs), dtype=np.int64), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    symbol = np.arange(len(record), dtype=np.int64) - starts
     data = RecordsHash()
     data.update(recs)
-    out = Reading(
-        torch.cat(Xs),
-        np.concatenate(rec_ix),
-        np.concatenate(sym_ix),
-        cache.addresses[layer],
-        np.asarray(cache.units[layer]),
-        len(recs),
-        data.hexdigest(),
-    )
+    y = None
     if family is not None:
-        out.y = np.concatenate(ys)
+        y = np.concatenate(ys)
     elif labels is not None:
-        out.y = _labels(labels, [len(x) for x in Xs])
+        y = _labels(labels, n_symbols)
+    out = {}
+    for layer in layers:
+        X = torch.cat(blocks.pop(layer))  # one layer's blocks joined at a time
+        out[layer] = Reading(X, record, symbol, addresses[layer], np.asarray(unit_ix[layer]),
+                             len(recs), data.hexdigest(), y)  # fmt: skip
     return out
 
 

@@ -191,6 +191,13 @@ class Reporting:
     ) -> LayerSweep:
         """One probe per layer, scored held out, with its nulls: a layer sweep.
 
+        Every layer is read in one pass over the records: one forward pass per block of
+        the training records and one per block of the held-out ones for all layers (the
+        same again over ``untrained=``), the hypothesis or labels evaluated once. Each
+        layer's probe is then fitted from its columns, as ``Probe(layer).fit`` fits it,
+        and its nulls computed from the same readings. Every layer's float32 rows are
+        held at once; the float64 copies the nulls fit on, one layer at a time.
+
         Parameters
         ----------
         model, records, hypothesis, labels

@@ -19,7 +19,7 @@ import polars as pl
 from ..backend.engine.resolve import as_records
 from ..backend.errors import DNIError
 from . import evaluation, metrics
-from .reading import as_model
+from .reading import as_model, binary_targets, read_layers
 
 COLUMNS = {
     "layer": pl.String,
@@ -123,7 +123,20 @@ def sweep(
     level: float = 0.95,
     **params: Any,
 ) -> LayerSweep:
-    """:meth:`Probe.sweep`: fit ``cls(layer, **params)`` on each layer and score it held out."""
+    """:meth:`Probe.sweep`: fit ``cls(layer, **params)`` on each layer and score it held out.
+
+    Every layer is read in one pass over the records: the training records, then the
+    held-out ones, are one :func:`~.reading.read_layers` call each (one forward pass per
+    block of records for all layers, the labels evaluated once), and so are the untrained
+    copy's. Each layer's probe is then fitted from its columns (``Probe._fit_reading``,
+    what ``fit`` runs after reading) and its nulls computed from the same readings
+    (:func:`~.evaluation.null_rows`): the probes and AUROCs are those of fitting
+    ``cls(layer)`` layer by layer.
+
+    Memory: every layer's float32 rows (symbols × units) of the training and held-out
+    records are held at once (twice with ``untrained=``); the float64 copies the nulls fit
+    on are made for one layer at a time, and a layer's rows are let go once it is done.
+    """
     evaluation._one_of(hypothesis, labels, "Probe.sweep")
     if (test is None) != (test_labels is None) and labels is not None:
         raise DNIError("with labels= and test=, pass test_labels= for the test records.")
@@ -131,28 +144,44 @@ def sweep(
         raise DNIError(f"holdout={holdout!r}: hold out one record in `holdout` (at least 2).")
     if not (isinstance(n_boot, int) and n_boot >= 1):  # refused before any fit
         raise DNIError(f"n_boot={n_boot!r}: pass a positive number of bootstrap replicates.")
+    for name, n in (("n_controls", n_controls), ("n_directions", n_directions)):
+        if not (isinstance(n, int) and n >= 1):
+            raise DNIError(f"{name}={n!r}: pass a positive count.")
     m = as_model(model)
-    names = list(m.layers if layers is None else layers)
+    names = list(dict.fromkeys(m.layers if layers is None else layers))
     if not names:
         raise DNIError(f"model {m.name!r} has no layers to sweep; pass layers=[...].")
+    proto = cls(names[0], **{"folds": None, **params})
+    proto._check_params()  # bad parameters refused before any forward pass
     recs = list(as_records(records))
     if test is None:
         train, held, train_labels, held_labels = _split(recs, labels, holdout)
     else:
         train, held, train_labels, held_labels = recs, list(as_records(test)), labels, test_labels
+    readings = _Readings(m, train, held, names, proto, hypothesis, train_labels, held_labels)
+    base = None
+    if untrained is not None:
+        base = _Readings(as_model(untrained), train, held, names, proto, hypothesis,
+                         train_labels, held_labels, types=False)  # fmt: skip
+    what = "labels" if hypothesis is None else "the hypothesis"
     probes: dict[str, Any] = {}
     rows = []
     for depth, layer in enumerate(names):
-        p = cls(layer, **{"folds": None, **params}).fit(
-            m, train, hypothesis, labels=train_labels
+        p = cls(layer, **{"folds": None, **params})._fit_reading(
+            m, readings.train[layer], hypothesis
         )
-        z, y, groups = evaluation._held_out(p, m, held, hypothesis, held_labels, False)
+        r = readings.held[layer]
+        at, y = binary_targets(r.y, what)
+        z, groups = p._logits(r.X)[at], r.record[at]
         auc, lo, hi, _ = metrics.bootstrap(
             lambda w, z=z, y=y: metrics.auroc(z, y, w), groups, n_boot, seed, level
         )
-        nulls = p.nulls(m, held, hypothesis, labels=held_labels, train=train,
-                        train_labels=train_labels, untrained=untrained, n_controls=n_controls,
-                        n_directions=n_directions, seed=seed)  # fmt: skip
+        # this layer's float64 copies, made now and let go with the loop's next turn
+        split = readings.split(p, layer)
+        nulls = evaluation.null_rows(p, split, None if base is None else base.split(p, layer),
+                                     p.folds or evaluation.DEFAULT_FOLDS, n_controls,
+                                     n_directions, seed)  # fmt: skip
+        del split
         got = {r["null"]: r for r in nulls.iter_rows(named=True)}
         ctrl, rand = got["control_task"], got["random_direction"]
         rows.append({
@@ -164,3 +193,34 @@ def sweep(
         })  # fmt: skip
         probes[layer] = p
     return LayerSweep(probes, pl.DataFrame(rows, schema=COLUMNS))
+
+
+class _Readings:
+    """One model's readings of every swept layer over the training and held-out records,
+    each one :func:`~.reading.read_layers` call, and the symbol types the control task
+    labels (one per symbol, read once for all layers)."""
+
+    def __init__(self, model: Any, train: list, held: list, layers: list[str], proto: Any,
+                 hypothesis: Any, train_labels: Any, held_labels: Any,
+                 types: bool = True) -> None:  # fmt: skip
+        self.model = model
+        how = (proto.units, proto.block_size, proto.device, hypothesis)
+        self.train = read_layers(model, train, layers, *how, train_labels)
+        self.held = read_layers(model, held, layers, *how, held_labels)
+        self.what = "labels" if hypothesis is None else "the hypothesis"
+        self.types = {"train": None, "held": None}
+        if types:
+            self.types = {"train": evaluation.record_types(model, train),
+                          "held": evaluation.record_types(model, held)}  # fmt: skip
+
+    def split(self, probe: Any, layer: str) -> evaluation._Split:
+        """``layer``'s split for the nulls (its float64 copies); the layer's float32 rows
+        are let go: the sweep reads each layer once."""
+        width = probe.coef_.shape[1]
+
+        def part(which: str) -> dict[str, Any]:
+            r = getattr(self, which).pop(layer)
+            return evaluation.split_part(self.model, r, self.types[which], self.what, width,
+                                         layer)  # fmt: skip
+
+        return evaluation._Split(part("held"), part("train"))
