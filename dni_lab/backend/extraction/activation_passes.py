@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..errors import DNIError, LayerError
+from .activation_writes import Writer, give_back, writable, zeros
 from .extract import Extractor, _reassemble, as_indices
 from .length_batches import length_batches
 from .name_filters import expand_names, is_glob
@@ -248,6 +249,13 @@ class Passes:
             self.stop = max(0, *needed)  # as a Hugging Face pass stops by itself: no later block
         else:
             self.stop = None
+        self._writer: Writer | None = None
+
+    def writer(self, ex: Any) -> Writer | None:
+        """The :class:`~.activation_writes.Writer` of ``ex``'s units, if it can read them."""
+        if self._writer is None or self._writer.ex is not ex:
+            self._writer = Writer(self.model, ex, self.blocks) if writable(self.model, ex) else None
+        return self._writer
 
     def _stop_module(self) -> nn.Module | None:
         """What runs right after block ``stop``: the next block, or the first module after."""
@@ -312,6 +320,9 @@ class Passes:
         # each pass's values go straight into the block's tensors, which are known in
         # shape from the first pass: a pass's copy is freed as the next one runs
         units: dict[str, Any] = {}
+        writer = self.writer(ex)
+        if writer is not None:
+            writer.start_block()
         with self.running() as passes:
             for rows in groups:
                 if rows is None:
@@ -320,8 +331,12 @@ class Passes:
                     T = int(n[rows].max())
                     sub, sub_mask = [recs[i] for i in rows.tolist()], mask[rows.to(mask.device), :T]
                 seen = len(passes)
-                out = ex._extract(sub, sub_mask, first, rows)
                 r = all_rows if rows is None else rows
+                if writer is not None:  # straight into the block's tensors, pass by pass
+                    writer.run(sub, sub_mask, first, r, units, shape)
+                    read.append((r, passes[seen] if len(passes) > seen else {}))
+                    continue
+                out = ex._extract(sub, sub_mask, first, rows)
                 for addr, t in out.items():
                     if rows is None:
                         units[addr] = t
@@ -336,6 +351,8 @@ class Passes:
         for a in list(parts):
             units[a] = _reassemble(parts.pop(a), shape)
         patterns, tokens = self._patterns(read, len(recs))
+        if writer is not None:
+            give_back()
         return units, patterns, tokens
 
     def _patterns(
@@ -370,11 +387,13 @@ class Passes:
                 full = read[0][1][tap.address][0]
             else:
                 h = torch.as_tensor(heads)
-                full = torch.zeros(R, len(heads), T, T)
+                full = zeros(R, len(heads), T, T)
                 for rows, got in read:
-                    t = got[tap.address][0]
+                    t, n = got[tap.address]
                     t = t if every else t[:, h]
-                    full[rows, :, : t.shape[2], : t.shape[3]] = t
+                    # each record's own tokens only: the rest of t and of full are 0
+                    for i, (r, k) in enumerate(zip(rows.tolist(), n.tolist(), strict=True)):
+                        full[r, :, :k, :k].copy_(t[i, :, :k, :k])
             out[name] = by_address[key] = full
             if last[tap.address] == name:  # the passes' copies go: no 2x peak
                 for _rows, got in read:

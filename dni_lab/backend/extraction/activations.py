@@ -14,6 +14,9 @@ patterns (``attn.hook_pattern``, ``hook_attn_scores``) are ``(records, heads, to
 tokens)``, TransformerLens's shape, with each record's token count in
 ``pattern_lengths`` (:mod:`.activation_passes`). With ``stream=True`` the call yields one
 cache per block instead, so memory stays bounded by one block whatever the data's size.
+On a Hugging Face model each pass's values go straight into the cache's tensors as the
+pass makes them (:mod:`.activation_writes`): no second copy at the peak, padding never
+resident.
 The cache itself and its TransformerLens methods are :mod:`.activation_cache` and
 :mod:`.activation_stacks`. A name read whole is resolved once and read at its address, so
 names of one value share one tensor; a model keeps its last plans (names resolved, probe
@@ -34,6 +37,7 @@ from ..errors import DNIError, LayerError
 from .activation_cache import SHAPES, ActivationCache
 from .activation_passes import Passes, reached, split_names
 from .activation_stacks import describe
+from .activation_writes import writable
 from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
 
@@ -294,7 +298,7 @@ def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad)
             )
         ex = metric_gradients(model, sorted(set(addresses.values())), grad, dev)
     passes = None
-    if patterns or stop_at_layer is not None:
+    if patterns or stop_at_layer is not None or writable(model, ex):
         passes = Passes(model, patterns, addresses, stop_at_layer)
     return ex, addresses, units, cols, passes, shape
 
