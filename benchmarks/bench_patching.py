@@ -16,10 +16,14 @@ answers. Two grids, as TransformerLens users sweep them: ``resid_pre`` layer × 
 corrupted baselines included on both sides), the ratio ours / TransformerLens (target
 1.0, bar 1.5), the same with dni_lab's null grid (and with it, GPT-2's GELU run step by
 step as TransformerLens runs it, where ``patch_grid`` fuses it), and the largest
-|difference| over the grid's cells (target 1e-4); the other sites' grids (``resid_mid``,
-``attn_out``, ``mlp_out``, q / k / v, heads per position) are compared cell by cell,
-untimed. The machine's load is recorded: on a busy machine the ratios are contended;
-each grid's ratio of the fastest repeats (``min_ratio*``) moves least with the neighbors.
+|difference| over the grid's cells (target 1e-4), beside the spread of TransformerLens'
+cells (``value_range``: what a difference reads against). A third grid is timed the
+same way: the heads' attention patterns layer × head
+(``get_act_patch_attn_head_pattern_all_pos``; ``site="pattern"``). The other sites'
+grids (``resid_mid``, ``attn_out``, ``mlp_out``, q / k / v, heads per position) are
+compared cell by cell, untimed. The machine's load is recorded: on a busy machine the
+ratios are contended; each grid's ratio of the fastest repeats (``min_ratio*``) moves
+least with the neighbors.
 """
 
 from __future__ import annotations
@@ -106,7 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
         ours_null = side(sys.executable, "ours_null", where)
         stepwise = side(sys.executable, "ours_null_stepwise", where)
     grids = {}
-    for key in ("resid_pre", "head_out"):
+    from benchmarks.patching_side import CHECKED, GRIDS
+
+    for key in GRIDS:
         a, b = np.asarray(ours["grids"][key]), np.asarray(tl["grids"][key])
         c = np.asarray(ours_null["grids"][key])
         grids[key] = {
@@ -131,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
             / tl[f"min_seconds_{key}"],
             "max_abs_diff": float(np.abs(a - b).max()) if a.shape == b.shape else None,
             "max_abs_diff_null_run": float(np.abs(c - b).max()) if c.shape == b.shape else None,
+            "value_range": float(b.max() - b.min()),
         }
         g = grids[key]
         print(f"{key:10s} cells {g['cells']}: ours {g['seconds_ours']:.3f}s "
@@ -140,16 +147,16 @@ def main(argv: list[str] | None = None) -> dict:
               f"{g['cpu_ratio_with_null']:.2f}×; with null, GELU step by step "
               f"{g['ratio_with_null_stepwise']:.2f}×; fastest repeats {g['min_ratio']:.2f}×, "
               f"{g['min_ratio_with_null']:.2f}×, {g['min_ratio_with_null_stepwise']:.2f}×), "
-              f"max |diff| {g['max_abs_diff']:.2e}")  # fmt: skip
-    from benchmarks.patching_side import CHECKED
-
+              f"max |diff| {g['max_abs_diff']:.2e} "
+              f"(cells span {g['value_range']:.2e})")  # fmt: skip
     checked = {}
     for key in CHECKED:  # untimed: every cell of the other sites against TransformerLens
         a, b = np.asarray(ours["grids"][key]), np.asarray(tl["grids"][key])
         same = a.shape == b.shape
         diff = float(np.abs(a - b).max()) if same else f"shapes {list(a.shape)}, {list(b.shape)}"
-        checked[key] = {"cells": list(b.shape), "max_abs_diff": diff}
-        print(f"{key:16s} cells {list(b.shape)}: max |diff| {diff}")
+        span = float(b.max() - b.min())
+        checked[key] = {"cells": list(b.shape), "max_abs_diff": diff, "value_range": span}
+        print(f"{key:16s} cells {list(b.shape)}: max |diff| {diff} (cells span {span:.2e})")
     load_end = list(os.getloadavg())
     payload = {
         "benchmark": "patching",

@@ -11,7 +11,8 @@ neither dni_lab nor TransformerLens at the top. Each grid is timed as a user run
 
 * ``transformer_lens``: ``run_with_cache`` on the clean tokens, a run on the corrupted
   ones (the baselines a metric is read against), then ``transformer_lens.patching``'s
-  ``get_act_patch_resid_pre`` / ``get_act_patch_attn_head_out_all_pos``;
+  ``get_act_patch_resid_pre`` / ``get_act_patch_attn_head_out_all_pos`` /
+  ``get_act_patch_attn_head_pattern_all_pos``;
 * ``ours``: ``dl.verify.patch_grid`` (both baselines inside), ``null=False``;
 * ``ours_null``: the same with its null grid (in the same passes: twice their rows);
 * ``ours_null_stepwise``: the same with GPT-2's GELU left step by step (the module as
@@ -37,7 +38,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 
-GRIDS = ("resid_pre", "head_out")
+#: grids timed: resid_pre layer × position, the heads' outputs and their attention patterns
+#: layer × head (a pattern is written inside the attention: dni_lab's ``grid_pattern``)
+GRIDS = ("resid_pre", "head_out", "pattern")
 #: grids compared cell by cell, untimed: name -> (TransformerLens helper suffix, our site, by)
 CHECKED = {
     "resid_mid": ("resid_mid", "resid_mid", "position"),
@@ -72,7 +75,8 @@ def tool_transformer_lens(module, tok, data):
         return go
 
     runs = {"resid_pre": grid(patching.get_act_patch_resid_pre),
-            "head_out": grid(patching.get_act_patch_attn_head_out_all_pos)}  # fmt: skip
+            "head_out": grid(patching.get_act_patch_attn_head_out_all_pos),
+            "pattern": grid(patching.get_act_patch_attn_head_pattern_all_pos)}  # fmt: skip
     checks = {k: grid(getattr(patching, f"get_act_patch_{v[0]}")) for k, v in CHECKED.items()}
     # layer × position, layer × head and layer × position × head, as TransformerLens
     # returns them
@@ -103,7 +107,8 @@ def _ours(module, tok, data, null: bool):
         return v.tolist()
 
     checks = {k: grid(site, by) for k, (_tl, site, by) in CHECKED.items()}
-    return {"resid_pre": grid("resid_pre"), "head_out": grid("z")}, checks, values
+    runs = {"resid_pre": grid("resid_pre"), "head_out": grid("z"), "pattern": grid("pattern")}
+    return runs, checks, values
 
 
 def tool_ours(module, tok, data):

@@ -182,7 +182,7 @@ def state(module):
         ({"site": "z", "heads": [99]}, LayerError, "heads [99] do not exist"),
         ({"site": "resid_pre", "layers": [7]}, LayerError, "blocks 0..1"),
         ({"site": "resid_pre", "by": "head"}, DNIError, "patched by 'position'"),
-        ({"site": "pattern"}, DNIError, "attention patterns are not patched"),
+        ({"site": "pattern", "by": "head_position"}, DNIError, "a pattern is patched whole"),
         ({"site": "resid_middle"}, DNIError, "no patching site"),
         ({"site": "z", "answers": [(1, 2)]}, DNIError, "one (right, wrong) pair"),
     ],

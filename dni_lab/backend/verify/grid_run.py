@@ -25,9 +25,10 @@ from ..extraction.extract import to_device
 from ..extraction.models import Model, _first_tensor
 from ..hf.model import _takes_use_cache
 from .common import Verification
+from .grid_pattern import PatternHook, check_layouts
 from .grid_prefix import Prefix, causal_lm
 from .grid_replay import Inner, block_of, block_outputs, replayed
-from .grid_sites import SiteHook, grid_cells, write_cells
+from .grid_sites import SiteHook, grid_cells
 
 #: elements of logits one patched forward pass may hold (rows × tokens × vocabulary)
 _OUTPUT_BUDGET = 2**26
@@ -71,12 +72,15 @@ class GridRun:
         self.sums = {k: torch.zeros(len(layers), C, dtype=torch.float64) for k in ("p", "n")}
         self.base = {"clean": 0.0, "corrupted": 0.0}
         self.n, self.forwards, self.unpaired = 0, 0, 0
-        # passes start at the patched token: decided by a check on the first batch
-        self.prefix_ok: bool | None = None if by != "head" and causal_lm(model.module) else False
+        # passes start at the patched token: decided by a check on the first batch; never
+        # for a whole head (its first token is 0) nor a pattern (it rewrites every query)
+        late = by != "head" and site != "pattern" and causal_lm(model.module)
+        self.prefix_ok: bool | None = None if late else False
 
     def resolve(self) -> None:
         self.keeps = "logits_to_keep" in _params(self.model.module)
-        self.hooks = {L: SiteHook.resolve(self.model, self.site, L) for L in self.layers}
+        self.hooks = {L: PatternHook.resolve(self.model, L) if self.site == "pattern"
+                      else SiteHook.resolve(self.model, self.site, L) for L in self.layers}
         # which block holds each layer's site: the blocks before it are replayed
         self.where = {L: block_of(self.model, h.module) for L, h in self.hooks.items()}
         # a site inside a block: the part of the block before it replayed as well
@@ -95,8 +99,10 @@ class GridRun:
         src_vals: dict[int, torch.Tensor] = {}
         tgt_vals: dict[int, torch.Tensor] = {}
         readers = {L: h.reader or h for L, h in self.hooks.items()}
-        out_src = capture(m, readers, to_device(m.encode(src_recs), dev), src_vals)
-        b_tgt = to_device(m.encode(tgt_recs), dev)
+        b_src, b_tgt = to_device(m.encode(src_recs), dev), to_device(m.encode(tgt_recs), dev)
+        if self.site == "pattern":  # a pattern is written query onto query, key onto key
+            check_layouts(b_src, b_tgt, list(group))
+        out_src = capture(m, readers, b_src, src_vals)
         # the target's layout stays the model's; its values only where written as a change
         moved = {L: h.reader for L, h in self.hooks.items() if h.reader is not None}
         self.tgt_blocks: dict[int, Any] = {}
@@ -186,7 +192,7 @@ class GridRun:
 
         def edit(x):
             v = vals if hook.reader is None else x[: H * R] + vals  # copies agree up to here
-            return write_cells(x, v, head, pos, toks, real, hook.head_dim)
+            return hook.write(x, v, head, pos, toks, real)
 
         inputs = replicated(t.inputs, C * H, R)
         if start:

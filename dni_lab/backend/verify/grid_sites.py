@@ -33,6 +33,7 @@ SITES: dict[str, tuple[str, bool]] = {
     "q": ("attn.hook_q", True),
     "k": ("attn.hook_k", True),
     "v": ("attn.hook_v", True),
+    "pattern": ("attn.hook_pattern", True),  # written inside the attention: grid_pattern
 }
 #: other names of a site (TransformerLens' helpers call ``z`` the heads' output)
 ALIASES = {"head_out": "z", "attn_head_out": "z"}
@@ -43,22 +44,19 @@ BY = ("position", "head", "head_position")
 def check_site(site: str, by: str | None) -> tuple[str, str]:
     """``(site, by)`` resolved and checked, or a :class:`DNIError` naming the choices."""
     site = ALIASES.get(site, site)
-    if "pattern" in site:
-        raise DNIError(
-            f"site {site!r}: attention patterns are not patched by a grid yet (Hugging Face's "
-            "attention computes them inside one function); patch what makes them, q or k."
-        )
     if site not in SITES:
         raise DNIError(
             f"no patching site {site!r}; choose one of {sorted(SITES) + sorted(ALIASES)}."
         )
     heads = SITES[site][1]
     by = by or ("head" if heads else "position")
-    allowed = BY[1:] if heads else BY[:1]
+    allowed = ("head",) if site == "pattern" else BY[1:] if heads else BY[:1]
     if by not in allowed:
         raise DNIError(
             f"site {site!r} is patched by {' or '.join(map(repr, allowed))}, not {by!r}"
-            + ("" if heads else "; per-head grids read z, q, k or v")
+            + ("" if heads else "; per-head grids read z, q, k, v or pattern")
+            + ("; a pattern is patched whole (query × key) per head" if site == "pattern"
+               else "")
             + "."
         )
     return site, by
@@ -83,6 +81,12 @@ class SiteHook:
     def resolve(cls, model: Model, site: str, layer: int) -> SiteHook:
         """The site ``site`` of block ``layer``, found through the model's TL names."""
         name = f"blocks.{layer}.{SITES[site][0]}"
+        if site == "pattern":  # no held tensor: patch_grid writes it (grid_pattern)
+            raise DNIError(
+                f"{name}: an attention pattern is held by no tensor a hook can read or "
+                "write; dl.verify.patch_grid patches it (site='pattern'), attribution "
+                "grids do not."
+            )
         if site == "resid_mid":
             write = cls.resolve(model, "attn_out", layer)
             read = cls._at(model, name, model.resolve_layer(name), False)
@@ -110,6 +114,11 @@ class SiteHook:
             if not head_dim:
                 raise LayerError(f"{name} of model {model.name!r} is not read per head.")
         return cls(name, module, side, start, stop, head_dim)
+
+    def write(self, x: torch.Tensor, src: torch.Tensor, head: torch.Tensor, pos: torch.Tensor,
+              tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """``x`` with each row's cell written from ``src`` (:func:`write_cells`)."""
+        return write_cells(x, src, head, pos, tokens, real, self.head_dim)
 
     @contextlib.contextmanager
     def hooked(self, edit: Callable[[torch.Tensor], torch.Tensor | None]) -> Iterator[None]:

@@ -18,6 +18,7 @@ the grid, so a cell's effect reads against what patching an unrelated record the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 from ..errors import DNIError, LayerError
 from ..extraction.extract import on_device, resolve_device
 from ..extraction.models import Model
+from ..hf.attention import eager
 from .common import Verification
 from .grid_kernels import fused_activations
 from .grid_run import GridRun
@@ -209,10 +211,16 @@ def patch_grid(
     site : str
         ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out`` (cells:
         layer × position) or ``z`` (alias ``head_out``), ``q``, ``k``, ``v`` (cells:
-        layer × head, or layer × head × position).
+        layer × head, or layer × head × position), or ``pattern`` (cells: layer × head,
+        all positions): the head's attention weights after the softmax, every (query,
+        key), with its output recomputed as that pattern times the target run's values
+        (TransformerLens' ``get_act_patch_attn_head_pattern_all_pos``; run under eager
+        attention; :mod:`.grid_pattern`). A pattern per (query, key) cell, as
+        ``get_act_patch_attn_head_pattern_dest_src_pos``, is not offered.
     by : {"position", "head", "head_position"}, optional
         How cells split the site: positions (residual and block outputs), heads over all
-        positions (the default on per-head sites) or heads per position.
+        positions (the default on per-head sites) or heads per position (not for
+        ``pattern``).
     layers, heads : sequence of int, optional
         Blocks and heads swept (all by default).
     metric : callable, optional
@@ -261,7 +269,10 @@ def patch_grid(
     run = GridRun(model, g.site, g.by, g.layers, g.heads, S, gm)
     rng = np.random.default_rng(seed)
     dev = resolve_device(device)
-    with on_device(model, dev), torch.inference_mode(), fused_activations(model.module) as k:
+    # a pattern is written where eager attention computes it: every pass runs eager
+    attn = eager(model.module) if g.site == "pattern" else contextlib.nullcontext()
+    with on_device(model, dev), torch.inference_mode(), attn, \
+            fused_activations(model.module) as k:  # fmt: skip
         run.resolve()
         run.fused = k
         for group in length_groups(lengths, batch_size):
