@@ -21,7 +21,8 @@ Three workloads, each read to the end (``eps=None``), side by side in one run:
 Per workload: ``dl.inspect`` end to end with each measure (extraction, hypotheses,
 measure; the behavior memo off, so each pays its forward pass), and the measures alone
 over the same precomputed blocks (the cost the measure adds; corr and lda the fastest
-of ``REPEATS`` runs); the ratios lda/corr and
+of ``REPEATS`` runs, in wall-clock and in this thread's CPU time, which other jobs on
+a busy machine move less); the ratios lda/corr and
 lda/logreg; and, on exactly the same rows and folds (both fold by record content), each
 hypothesis's ``|F1_lda - F1_logreg|``: its maximum and the share within 0.05 (targets:
 lda ≤ 3x corr, every hypothesis within 0.05). The hypotheses beyond 0.05 are listed with
@@ -119,13 +120,18 @@ def timed_inspect(wl: Workload, measure: str) -> float:
     return time.perf_counter() - t0
 
 
+#: each measure-alone run's CPU seconds (this thread's), beside its wall-clock seconds
+CPU: dict[str, list[float]] = {}
+
+
 def run_measure(name: str, bh: Any, **kwargs: Any) -> tuple[float, Any]:
     m = get_measure(name) if not kwargs else LDA(**kwargs)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     st = m.start(bh.U[0].shape[-1], bh.H[0].shape[-1], "cpu", bh.info)
     for U, H, mask in zip(bh.U, bh.H, bh.mask, strict=True):
         st = m.update(st, U, H, mask)
     res = m.result(st)
+    CPU.setdefault(name if not kwargs else "variant", []).append(time.thread_time() - c0)
     return time.perf_counter() - t0, res
 
 
@@ -142,6 +148,12 @@ def compare(name: str, wl: Workload, note: str) -> dict[str, Any]:
         if m != "logreg":  # tens of milliseconds: the fastest of REPEATS, beside other jobs
             out[f"{m}_measure_s"] = min(out[f"{m}_measure_s"],
                                         *(run_measure(m, bh)[0] for _ in range(REPEATS - 1)))
+    # CPU time of this thread: what the measure costs, whatever else the machine runs
+    # (wall-clock minima of tens of milliseconds move with the other jobs' load)
+    for m in ("corr", "lda"):
+        out[f"{m}_measure_cpu_s"] = min(CPU.pop(m))
+    out["measure_cpu_lda_over_corr"] = out["lda_measure_cpu_s"] / out["corr_measure_cpu_s"]
+    CPU.clear()
     for m in MEASURES:
         out[f"{m}_inspect_s"] = timed_inspect(wl, m)
     for kind in ("measure", "inspect"):
@@ -200,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  measure alone: corr {r['corr_measure_s']:.2f} s, lda {r['lda_measure_s']:.2f} s,"
               f" logreg {r['logreg_measure_s']:.2f} s -> lda/corr "
               f"{r['measure_lda_over_corr']:.2f}x, lda/logreg {r['measure_lda_over_logreg']:.3f}x")
+        print(f"  measure alone, CPU time: corr {r['corr_measure_cpu_s'] * 1e3:.1f} ms, lda "
+              f"{r['lda_measure_cpu_s'] * 1e3:.1f} ms -> lda/corr "
+              f"{r['measure_cpu_lda_over_corr']:.2f}x (target <= 3x)")  # fmt: skip
         print(f"  dl.inspect:    corr {r['corr_inspect_s']:.2f} s, lda {r['lda_inspect_s']:.2f} s,"
               f" logreg {r['logreg_inspect_s']:.2f} s -> lda/corr "
               f"{r['inspect_lda_over_corr']:.2f}x (target <= 3x), lda/logreg "
@@ -214,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  lda {label}: {v['measure_over_corr']:.2f}x corr; |F1 - F1 logreg| max "
                   f"{v['max_abs_f1_diff']:.3f}, within 0.05: {v['share_within_0.05']:.1%}, "
                   f"mean F1 - logreg {v['f1_minus_logreg_mean']:+.3f}")  # fmt: skip
-    write_results(args.out, {"quick": args.quick, "threads": args.threads,
-                             "eps": None, "workloads": rows})  # fmt: skip
+    # beside other jobs the timings are contended: say so in the file itself
+    load = os.getloadavg()[0]
+    write_results(args.out, {"quick": args.quick, "threads": args.threads, "eps": None,
+                             "contended": load > 1.0, "workloads": rows})  # fmt: skip
     return 0
 
 

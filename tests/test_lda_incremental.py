@@ -65,8 +65,9 @@ def stopping(m: LDA, bl: list):
 def test_groups_moments_and_class_counts_match_the_rows(nan):
     m = LDA(groups=7, checkpoint_growth=1.0)
     bl = blocks(0, nan=nan)
-    assert fold(m, bl, NU, NH, INFO).by_group is None  # no checkpoint yet: nothing kept
-    check_bookkeeping(stopping(m, bl))  # moments from the rows, then block by block
+    # the groups' moments come from the folds' products, block by block, from the start
+    check_bookkeeping(fold(m, bl, NU, NH, INFO))
+    check_bookkeeping(stopping(m, bl))
     merged = m.merge(stopping(m, bl[:2]), stopping(m, bl[2:]))
     check_bookkeeping(merged)
     whole = stopping(m, bl)

@@ -87,9 +87,12 @@ def test_merge_equals_one_pass(offset):
     m = LDA()
     whole = fold(m, blocks, NU, NH, INFO)
     merged = m.merge(fold(m, blocks[:2], NU, NH, INFO), fold(m, blocks[2:], NU, NH, INFO))
+    # float32 products per (fold, group) cell: a shard's groups differ, so its sums do
+    # by float32 rounding of the matrix's scale (the float64 unions themselves are exact)
     for name in ("n", "mean_u", "mean_y", "cuu", "cuy"):
-        np.testing.assert_allclose(getattr(merged.folds, name), getattr(whole.folds, name),
-                                   rtol=1e-9, atol=1e-9 * (1 + offset**2))  # fmt: skip
+        want = getattr(whole.folds, name)
+        tol = 1e-9 * (1 + offset**2) + 1e-7 * float(want.abs().max())
+        np.testing.assert_allclose(getattr(merged.folds, name), want, rtol=0, atol=tol)
     a, b = m.result(whole), m.result(merged)
     np.testing.assert_array_equal(a.group_score, b.group_score)
     np.testing.assert_allclose(a.unit_score, b.unit_score, atol=1e-7)

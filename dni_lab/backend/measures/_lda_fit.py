@@ -89,19 +89,23 @@ class Gram:
         return out
 
     def leave_one_out(self) -> Gram:
-        """``(P, ...)``: part ``p``'s complement, the union of the other parts in order.
+        """``(P + 1, ...)``: part ``p``'s complement, the union of the other parts, for
+        each ``p``, then the union of all (``P >= 2``).
 
         Built by unions, never by subtraction, so a fold's model does not depend on how
-        large the other folds are (no cancellation).
+        large the other folds are (no cancellation): the unions of the parts before and
+        after each ``p`` (prefixes and suffixes), joined.
         """
         P = int(self.n.shape[0])
-        outs = []
-        for p in range(P):
-            rest = [i for i in range(P) if i != p]
-            acc = self.part(rest[0])
-            for i in rest[1:]:
-                acc = acc.combine(self.part(i))
-            outs.append(acc)
+        pre, suf = [self.part(0)], [self.part(P - 1)]
+        for i in range(1, P - 1):  # pre[i]: parts 0..i; suf[i]: parts P-1-i..P-1
+            pre.append(pre[-1].combine(self.part(i)))
+            suf.append(self.part(P - 1 - i).combine(suf[-1]))
+        outs = [suf[P - 2]]
+        if P > 2:  # p in 1..P-2: parts before p with parts after p, in one batched union
+            mid = stack(pre[: P - 2]).combine(stack(suf[P - 3 :: -1]))
+            outs += [mid.part(i) for i in range(P - 2)]
+        outs += [pre[P - 2], pre[P - 2].combine(self.part(P - 1))]
         return stack(outs)
 
     def to(self, device) -> Gram:
@@ -115,78 +119,136 @@ def stack(grams: list[Gram]) -> Gram:
 
 def row_grams(X: torch.Tensor, Y: torch.Tensor, part: torch.Tensor, P: int) -> Gram:
     """``(P, ...)`` Grams of the rows of each part: ``X`` ``(n, U)`` float32, ``Y`` ``(n, O)``
-    0/1 (float32 or bool).
+    0/1 (float32 or bool)."""
+    return row_grams2(X, Y, part, P)[0]
 
-    Each part is centred on its own float32 mean before its float32 GEMM, and the mean's
-    residual taken out in float64 (``Σ(x-m)(y-m') = C + n·rx·ry``), as ``ridge`` does.
+
+def row_grams2(X: torch.Tensor, Y: torch.Tensor, part: torch.Tensor, P: int,
+               other: torch.Tensor | None = None, Q: int = 1) -> tuple[Gram, Gram]:  # fmt: skip
+    """``(P, ...)`` Grams of the rows of each ``part`` and ``(Q, ...)`` of each ``other``
+    (a second partition of the same rows, such as the jackknife's record groups), from
+    one product per (part, other) cell: each row is multiplied once for both.
+
+    The block is centred on its own float32 mean before the float32 GEMMs (a unit far
+    from 0 keeps its digits); a column of ones beside the rows makes each product carry
+    its cell's sums too (the GEMM's blocked sums, not a long running one). Cells add up
+    per part and per other, and each sum becomes centered moments in float64
+    (``C = S - s sᵀ / n`` about the block's mean: a part's mean lies close to it).
     """
-    nu, no = X.shape[1], Y.shape[1]
-    out = Gram.zeros((P,), nu, no, X.device)
-    order = torch.argsort(part, stable=True)
-    counts = torch.bincount(part, minlength=P).tolist()
-    start = 0
-    for p, c in enumerate(counts):
-        rows = order[start : start + c]
-        start += c
-        if c == 0:
+    nu, no, n, dev = X.shape[1], Y.shape[1], X.shape[0], X.device
+    Q = Q if other is not None else 1
+    cell = part if other is None else part * Q + other
+    order = torch.argsort(cell, stable=True)
+    counts = torch.bincount(cell, minlength=P * Q).tolist()
+    W = nu + no + 1
+    Z = torch.empty(n, W, dtype=torch.float32, device=dev)  # [1, X, Y] sorted by cell
+    Z[:, 1 : nu + 1] = X.index_select(0, order)
+    Z[:, nu + 1 :] = Y.index_select(0, order)
+    m = torch.zeros(W, device=dev)
+    if n:  # each side's mean apart, as its products
+        m[1 : nu + 1], m[nu + 1 :] = Z[:, 1 : nu + 1].mean(0), Z[:, nu + 1 :].mean(0)
+    Z.sub_(m)
+    Z[:, 0] = 1.0
+    S_p = torch.zeros(P, nu + 1, W, dtype=torch.float32, device=dev)
+    S_q = torch.zeros(Q, nu + 1, W, dtype=torch.float32, device=dev)
+    buf = torch.empty(Q, nu + 1, W, dtype=torch.float32, device=dev)
+    left = Z[:, : nu + 1]
+    ends = np.cumsum(counts).tolist()
+    for p in range(P):
+        first = ends[p * Q - 1] if p else 0
+        if ends[(p + 1) * Q - 1] == first:  # no row in this part
             continue
-        Xp, Yp = X.index_select(0, rows), Y.index_select(0, rows).to(X.dtype)
-        mu, my = Xp.mean(0), Yp.mean(0)
-        Xp.sub_(mu)
-        Yp.sub_(my)
-        ru, ry = Xp.sum(0).to(F64) / c, Yp.sum(0).to(F64) / c
-        prod = (Xp.T @ torch.cat([Xp, Yp], dim=1)).to(F64)
-        out.n[p] = c
-        out.mean_u[p] = mu.to(F64) + ru
-        out.mean_y[p] = my.to(F64) + ry
-        out.cuu[p] = prod[:, :nu] - c * torch.outer(ru, ru)
-        out.cuy[p] = prod[:, nu:] - c * torch.outer(ru, ry)
-    return out
+        for q in range(Q):
+            hi = ends[p * Q + q]
+            lo = hi - counts[p * Q + q]
+            if lo == hi:
+                buf[q].zero_()
+            else:
+                torch.mm(left[lo:hi].T, Z[lo:hi], out=buf[q])
+        torch.sum(buf, 0, out=S_p[p])
+        if other is not None:
+            S_q.add_(buf)
+    cnt = torch.as_tensor(counts, dtype=F64, device=dev).view(P, Q)
+    m64 = m[1:].to(F64)
+    g_p = _centered(cnt.sum(1), S_p, m64, nu)
+    g_q = _centered(cnt.sum(0), S_q, m64, nu) if other is not None else g_p
+    return g_p, g_q
+
+
+def _centered(n: torch.Tensor, S: torch.Tensor, m: torch.Tensor, nu: int) -> Gram:
+    """A Gram from counts ``n`` and the float32 products ``S`` of ``[1, x - m, y - m]``:
+    row 0 holds the sums about ``m``, the rest the second moments about it.
+
+    The correction ``s dᵀ`` is tiny beside ``S`` (a part's mean lies close to the
+    block's), so taking it off in float32 costs no digit the products kept.
+    """
+    s = S[:, 0, 1:].to(F64)
+    d = s / n.clamp_min(1.0)[:, None]  # each part's mean less m
+    mean = torch.where((n > 0)[:, None], m + d, torch.zeros_like(d))
+    C = S[:, 1:, 1:] - S[:, 0, 1 : nu + 1, None] * d.float()[:, None, :]  # per element
+    return Gram(n, mean[:, :nu], mean[:, nu:], C[..., :nu].to(F64), C[..., nu:].to(F64))
+
+
+def columns(g: Gram, cols: torch.Tensor) -> Gram:
+    """``g``'s moments of the outputs ``cols`` alone."""
+    return Gram(g.n, g.mean_u, g.mean_y[..., cols], g.cuu, g.cuy[..., cols])
+
+
+def union(g: Gram, new: Gram) -> Gram:
+    """``g`` with ``new`` folded in (Chan's union); nothing read yet (the first block):
+    ``new`` as it is."""
+    return new if bool((g.n == 0).all()) else g.combine(new)
 
 
 @dataclass
 class Fit:
     """Fisher discriminants per output, in raw units: ``logit = x @ w + off``."""
 
-    w: torch.Tensor  # (..., U, O)
+    w: torch.Tensor  # (..., U, O); None for loadings alone (``fit(full=False)``)
     off: torch.Tensor  # (..., O)
     loading: torch.Tensor  # (..., U, O) each unit's correlation with the discriminant
     const_u: torch.Tensor  # (..., U) bool: units constant over the rows (left out)
 
 
-def fit(g: Gram, alpha: float, rel_tol: float) -> Fit:
+def fit(g: Gram, alpha: float, rel_tol: float, full: bool = True) -> Fit:
     """Ridge-regularised LDA of every output from ``g`` (any leading dimensions).
 
     Units are standardised (their correlation matrix ``R``, plus ``alpha`` times the
     identity: ``alpha`` is relative to the mean eigenvalue, 1), and those constant over
     the rows decouple with a zero coefficient. A unit's loading is its correlation with
     the discriminant, ``(Rβ)_i / sqrt(βᵀRβ)``: without a ridge exactly its correlation
-    with the target divided by the fit's multiple correlation ``R``.
+    with the target divided by the fit's multiple correlation ``R``. Without ``full``
+    only the loadings are computed (``w`` and ``off`` are None): the jackknife's refits.
     """
     n = g.n.clamp_min(1.0)[..., None]
     var = g.cuu.diagonal(dim1=-2, dim2=-1) / n
     const = var <= rel_tol * torch.clamp(g.mean_u * g.mean_u, min=1.0)
     sd = torch.where(const, torch.ones_like(var), var.clamp_min(1e-300).sqrt())
     keep = (~const).to(F64)
-    R = g.cuu / n[..., None] / (sd[..., :, None] * sd[..., None, :])
-    R = R * keep[..., :, None] * keep[..., None, :]
-    eye = torch.eye(R.shape[-1], dtype=F64, device=R.device)
-    c = g.cuy / n[..., None] / sd[..., :, None] * keep[..., :, None]
-    A = R + eye * (alpha + (1 - keep))[..., None, :]  # a constant unit: identity row
+    # one scale per unit (0 for a constant one): R = s_i s_j Cuu, c = s_i Cuy / sqrt(n)
+    scale = keep / (sd * n.sqrt())
+    R = g.cuu * scale[..., :, None]
+    R.mul_(scale[..., None, :])
+    c = g.cuy * (scale / n.sqrt())[..., :, None]
+    A = R.clone()
+    A.diagonal(dim1=-2, dim2=-1).add_(alpha + (1 - keep))  # a constant unit: identity row
     L, _ = torch.linalg.cholesky_ex(A)
+    del A
     beta = torch.cholesky_solve(c, L)  # (..., U, O) standardised least-squares slopes
-    p1 = g.mean_y.clamp(1e-12, 1 - 1e-12)
-    v = p1 * (1 - p1)
-    r2 = ((c * beta).sum(-2) / v).clamp(0.0, _R2_MAX)
-    d2 = r2 / (v * (1 - r2))
-    w_s = beta / (v * (1 - r2))[..., None, :]
-    w = w_s / sd[..., :, None]
-    off = -(g.mean_u[..., :, None] * w).sum(-2) - (1 - 2 * p1) / 2 * d2 + torch.log(p1 / (1 - p1))
+    w = off = None
+    if full:
+        p1 = g.mean_y.clamp(1e-12, 1 - 1e-12)
+        v = p1 * (1 - p1)
+        r2 = ((c * beta).sum(-2) / v).clamp(0.0, _R2_MAX)
+        d2 = r2 / (v * (1 - r2))
+        w = beta / ((v * (1 - r2))[..., None, :] * sd[..., :, None])
+        off = (-(g.mean_u[..., :, None] * w).sum(-2) - (1 - 2 * p1) / 2 * d2
+               + torch.log(p1 / (1 - p1)))  # fmt: skip
     Rb = R @ beta
     den = (beta * Rb).sum(-2).clamp_min(0).sqrt()[..., None, :]
     nan = torch.full_like(Rb, float("nan"))
     loading = torch.where((den > 0) & ~const[..., :, None], Rb / den.clamp_min(1e-300), nan)
-    return Fit(w, off, loading.clamp(-1, 1), const)
+    return Fit(w, off, loading.clamp(-1, 1), const)  # type: ignore[arg-type]
 
 
 def predict(X: torch.Tensor, folds: torch.Tensor, f: Fit, k: int,

@@ -21,10 +21,11 @@ A unit's score is its *loading*, its correlation with the full-data discriminant
 ``(Σw)_i / sqrt(Σ_ii · wᵀΣw)``: identifiable (near-copies of a unit get the same
 loading; coefficients are not), on corr's scale, and exact from the moments. Its error is
 the record-group jackknife with the fit refitted without each group: the groups' moments
-come from the kept rows at the first checkpoint and are folded in block by block after
-it, as the folds' are (a record's group is known when it is read: its content and how
-many copies of that content came before; a merge recomputes the later state's), and
-each replicate is the total less one group.
+are folded in block by block with the folds', from the same float32 products, one per
+(fold, group) cell of the block (``_lda_fit.row_grams2``: each row multiplied once; a
+record's group is known when it is read: its content and how many copies of that
+content came before; a merge recomputes the later state's), and each replicate is the
+total (the folds': the same rows) less one group.
 A refit, not the fit held fixed, because the loading is ``corr / R`` (the fit's multiple
 correlation moves with the records; ``logreg``'s loadings showed the same).
 
@@ -39,11 +40,11 @@ A hypothesis undefined (NaN) at some rows: its outputs' moments are rebuilt at e
 checkpoint from the kept rows where it is defined (those rows are left out of its fit
 and its F1); a run without NaN pays nothing for it.
 
-What a checkpoint costs is a pass over the rows for the held-out logits and one integer
+What a checkpoint costs is a pass over the rows for the held-out logits, one integer
 histogram of their outcomes (``_lda_fit.confusion``: no predictions built), for the
-open hypotheses only; the rows live in buffers grown in place (``_probe_buffer``), the
-records of each class are counted per block (``seen``), and once a hypothesis retired
-its moments stop being updated (never read again).
+open hypotheses only, and one batched Cholesky per set of fits (the folds' models, the
+jackknife's loadings alone); the rows live in buffers grown in place (``_probe_buffer``),
+and the records of each class are counted per block (``seen``).
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ class LDAState:
     # (2, outputs) records in which each output's positive / negative class occurs
     # (where defined), counted per block: a checkpoint needs no pass over the rows for it
     seen: torch.Tensor | None = None
-    # the loadings' jackknife: (groups, ...) moments of each record group's rows, built
-    # from the rows at the first checkpoint, then the open outputs' columns folded in
-    # per block (a retired output's are left behind); None until then (eps=None: one
-    # pass at the end); each row's group and how many records of each content came before
+    # the loadings' jackknife: (groups, ...) moments of each record group's rows, folded
+    # in per block; None only after a merge with a state that had none (rebuilt from the
+    # rows at the next checkpoint); each row's group and how many records of each
+    # content came before
     by_group: lf.Gram | None = None
     grp: torch.Tensor | None = None
     occ: dict[int, int] = field(default_factory=dict)
@@ -179,6 +180,7 @@ class LDA(Measure):
             Y=e(0, no, dt=torch.bool), fold=e(0, dt=torch.long), code=e(0, dt=torch.long),
             rec=e(0, dt=torch.long), out_hyp=np.asarray(out_hyp, dtype=np.int64), info=info,
             seen=e(2, no, dt=torch.long), grp=e(0, dt=torch.long),
+            by_group=lf.Gram.zeros((self.groups,), n_units, no, device),
         )  # fmt: skip
 
     def update(self, state: LDAState, U, H, mask):
@@ -189,23 +191,21 @@ class LDA(Measure):
         grp = _record_groups(state.occ, rcode, mask.any(1), self.groups)[:, None].expand(R, T)[mask]
         rec = (state.n_records + torch.arange(R, device=mask.device))[:, None].expand(R, T)[mask]
         X, Hm = U[mask].float(), H[mask]
-        Y = LogReg._targets(None, state, Hm)  # type: ignore[arg-type]  # 0 where undefined
+        Y = LogReg._targets(None, state, Hm) > 0.5  # type: ignore[arg-type]  # undefined: False
         D = None
         if und is not None or state.defined is not None:
             D = ~torch.isnan(Hm[:, torch.as_tensor(state.out_hyp, dtype=torch.long)])
         fold = code % self.folds
         if len(X):
-            state.seen += _class_records(Y > 0.5, D, rec - state.n_records, R)
-            # moments of the open outputs only: a retired one's are never read again
-            live = live_outputs(state)
-            cols = None if live is None else torch.as_tensor(np.flatnonzero(live), device=Y.device)
-            Yo = Y if cols is None else Y[:, cols]
-            new = lf.row_grams(X, Yo, fold, self.folds)
-            state.folds = _combine_columns(state.folds, new, cols)
-            if state.by_group is not None:  # checkpoints follow: keep the groups' moments
-                new = lf.row_grams(X, Yo, grp, self.groups)
-                state.by_group = _combine_columns(state.by_group, new, cols)
-        _append(state, X, Y > 0.5, fold, code, rec, D, grp)
+            state.seen += _class_records(Y, D, mask)
+            # every output's moments, retired or not: the targets' products are the cheap
+            # part, and an open output's bits then do not depend on which ones retired;
+            # the folds' and the groups' moments from one product per (fold, group) cell
+            by_fold, by_group = lf.row_grams2(X, Y, fold, self.folds, grp, self.groups)
+            state.folds = lf.union(state.folds, by_fold)
+            if state.by_group is not None:
+                state.by_group = lf.union(state.by_group, by_group)
+        _append(state, X, Y, fold, code, rec, D, grp)
         state.n_records += R
         last = state.checks[-1].n_records if state.checks else 0
         if state.stopping and len(state.X) and state.n_records >= (state.growth or 1.0) * last:
@@ -265,18 +265,21 @@ class LDA(Measure):
         state.growth = min(max(need, self.checkpoint_growth), self.max_growth)
 
     # -- internals --------------------------------------------------------------
-    def _fits(self, state: LDAState, parts: lf.Gram, split: torch.Tensor, models: bool) -> lf.Fit:
-        """Fits of the complements of ``parts`` (:func:`_complement`); a NaN output's from
-        its defined rows alone, which ``split`` (``(n,)`` part of each row) divides alike."""
-        f = lf.fit(_complement(parts, models), self.alpha, self.rel_tol)
+    def _fits(self, state: LDAState, parts: lf.Gram, split: torch.Tensor, models: bool,
+              total: lf.Gram | None = None) -> lf.Fit:  # fmt: skip
+        """Fits of the complements of ``parts`` (:func:`_complement`; the jackknife's
+        loadings alone, from ``total``); a NaN output's from its defined rows alone, which
+        ``split`` (``(n,)`` part of each row) divides alike."""
+        f = lf.fit(_complement(parts, models, total), self.alpha, self.rel_tol, full=models)
         if state.defined is None:
             return f
         P = int(parts.n.shape[0])
         for o in np.flatnonzero(~state.defined.all(0).cpu().numpy()):
             d = state.defined[:, o]
             g = lf.row_grams(state.X[d], state.Y[d][:, [o]], split[d], P)
-            sub = lf.fit(_complement(g, models), self.alpha, self.rel_tol)
-            f.w[..., o], f.off[..., o] = sub.w[..., 0], sub.off[..., 0]
+            sub = lf.fit(_complement(g, models), self.alpha, self.rel_tol, full=models)
+            if models:
+                f.w[..., o], f.off[..., o] = sub.w[..., 0], sub.off[..., 0]
             f.loading[..., o] = sub.loading[..., 0]
         return f
 
@@ -292,7 +295,7 @@ class LDA(Measure):
         g = state.folds
         sub = replace(
             state, folds=lf.Gram(g.n, g.mean_u, g.mean_y[..., outs_t], g.cuu, g.cuy[..., outs_t]),
-            seen=state.seen[:, outs_t], store={}, by_group=_columns(state.by_group, outs_t),
+            seen=state.seen[:, outs_t], store={}, by_group=lf.columns(state.by_group, outs_t),
             **fields,
         )  # fmt: skip
         self._checkpoint_all(sub)
@@ -313,7 +316,9 @@ class LDA(Measure):
                               self.threshold, self.bins, self.span)  # fmt: skip
         f1, f1_se = f1_and_se(counts, state.out_hyp, n_h)
         # the loadings' record-group jackknife: the full fit refitted without each group
-        loo = self._fits(state, state.by_group, group, models=False).loading.cpu().numpy()
+        # (the total of the groups' moments is the folds': the same rows)
+        total = state.folds.total() if state.defined is None else None
+        loo = self._fits(state, state.by_group, group, False, total).loading.cpu().numpy()
         with np.errstate(invalid="ignore"):
             se = np.sqrt((G - 1) / G * ((loo - loo.mean(0)) ** 2).sum(0))
         load, load_se = pick_per_unit(fit.loading[k].cpu().numpy(), se, state.out_hyp, n_h)
@@ -329,13 +334,13 @@ class LDA(Measure):
                             null_unit="unit is constant over the symbols read")  # fmt: skip
 
 
-def _complement(g: lf.Gram, models: bool) -> lf.Gram:
+def _complement(g: lf.Gram, models: bool, total: lf.Gram | None = None) -> lf.Gram:
     """``models``: each fold's model (the other folds) and, last, the full data's;
-    otherwise the jackknife's replicates, the total less each part."""
+    otherwise the jackknife's replicates, the total (``total``, else the parts' union)
+    less each part."""
     if models:
-        loo = g.leave_one_out()
-        return lf.stack([*(loo.part(i) for i in range(len(g.n))), g.total()])
-    return g.total().without(g)
+        return g.leave_one_out()
+    return (g.total() if total is None else total).without(g)
 
 
 def _sampling(check: Checkpoint, confidence: float) -> tuple[np.ndarray, np.ndarray]:
@@ -351,31 +356,16 @@ def _sampling(check: Checkpoint, confidence: float) -> tuple[np.ndarray, np.ndar
     return err, f1_err
 
 
-def _class_records(y: torch.Tensor, defined: torch.Tensor | None, rec: torch.Tensor,
-                   R: int) -> torch.Tensor:  # fmt: skip
+def _class_records(y: torch.Tensor, defined: torch.Tensor | None,
+                   mask: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """``(2, outputs)`` records of one block in which each output is positive, negative
-    (where defined): ``y`` ``(n, outputs)`` bool, ``rec`` ``(n,)`` each row's record 0..R-1."""
-    out = torch.zeros(2, R, y.shape[1], dtype=torch.int32, device=y.device)
-    d = torch.ones_like(y) if defined is None else defined
-    out[0].index_add_(0, rec, (y & d).to(torch.int32))
-    out[1].index_add_(0, rec, (~y & d).to(torch.int32))
-    return (out > 0).sum(1)
-
-
-def _columns(g: lf.Gram, cols: torch.Tensor) -> lf.Gram:
-    """``g``'s moments of the outputs ``cols`` alone."""
-    return lf.Gram(g.n, g.mean_u, g.mean_y[..., cols], g.cuu, g.cuy[..., cols])
-
-
-def _combine_columns(g: lf.Gram, new: lf.Gram, cols: torch.Tensor | None) -> lf.Gram:
-    """``g`` with ``new`` (moments of the outputs ``cols``; None: all) folded in; the
-    other outputs' columns are left as they were (retired: never read again)."""
-    if cols is None:
-        return g.combine(new)
-    sub = _columns(g, cols).combine(new)
-    mean_y, cuy = g.mean_y.clone(), g.cuy.clone()
-    mean_y[..., cols], cuy[..., cols] = sub.mean_y, sub.cuy
-    return lf.Gram(sub.n, sub.mean_u, mean_y, sub.cuu, cuy)
+    (where defined): ``y`` ``(n, outputs)`` bool, the rows of ``mask`` ``(R, T)``."""
+    out = []
+    for hit in (y if defined is None else y & defined, ~y if defined is None else ~y & defined):
+        cells = torch.zeros((*mask.shape, y.shape[1]), dtype=torch.bool, device=y.device)
+        cells[mask] = hit
+        out.append(cells.any(1).sum(0))
+    return torch.stack(out)
 
 
 def _record_groups(occ: dict[int, int], rcode: torch.Tensor, present: torch.Tensor,
