@@ -4,10 +4,19 @@ Usage::
 
     python benchmarks/bench_probes.py            # 40 hypotheses x 128 units, 1,000 queries
     python benchmarks/bench_probes.py --quick     # smoke size (CI)
+    python benchmarks/bench_probes.py --ratio-only  # issue 46's logreg/corr ratio alone
 
-Workload: the trained SQL LSTM (128 units) over windows of held-out queries, and
-40 binary parse-tree signals of the SQL grammar (the 40 with the most balanced
-classes). All in one run, side by side:
+First (unless ``--no-ratio``), issue 46's ratio (``corr_ratio`` in the results): the code
+LSTM of :mod:`benchmarks.probe_workloads` (39 binary hypotheses x 128 units x 600
+records), every record read (``eps=None``), hypotheses and behaviors warm (a first
+``dl.inspect`` fills a memory hypothesis cache and the model's behavior memo), on
+``--threads`` threads: ``corr`` and ``logreg`` through ``dl.inspect`` and as measures
+alone over the same blocks, the fastest of ``--ratio-repeats`` runs (target: logreg
+≤ 30x corr).
+
+Then (``--workload sql``, the default; ``code`` runs the same on the code LSTM): the
+trained SQL LSTM (128 units) over windows of held-out queries, and 40 binary parse-tree
+signals of the SQL grammar (the 40 with the most balanced classes). All in one run, side by side:
 
 1. ``dl.inspect`` end to end (extraction, hypotheses, measure; ``eps=None`` so both
    read every record) with ``corr`` and with ``logreg``: the cost a user meets;
@@ -53,39 +62,79 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import dni_lab as dl  # noqa: E402
+from benchmarks.probe_workloads import CODE_RECORDS, code_workload, sql_workload  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.run_benchmarks import Behaviors, behaviors  # noqa: E402
 from benchmarks.sk_probe import pooled_f1, sklearn_probe_f1, standardize  # noqa: E402
 from benchmarks.workload import Workload  # noqa: E402
 from dni_lab.backend.measures.corr import Corr  # noqa: E402
 from dni_lab.backend.measures.logreg import LogReg  # noqa: E402
-from dni_lab.backend.query.subset import SubsetFamily  # noqa: E402
-
-
-def workload(n_queries: int, quick: bool, n_hyps: int) -> tuple[Workload, Any, list[str]]:
-    """The SQL LSTM, its held-out windows and the ``n_hyps`` most balanced signals."""
-    from hypotheses.grammars import sql as grammar
-    from hypotheses.workloads import sql as sql_workload
-
-    module, encode, _ = sql_workload.load(quick=quick, hidden=128)
-    records = sql_workload.records(n_queries, seed=10_007)
-    family = grammar.family()
-    wl = Workload(module, encode, "lstm", 128, records, [family])
-    bh = behaviors(wl, records[: min(len(records), 1024)], 512)
-    _, H = bh.flat()
-    rate = H.mean(0).numpy()
-    binary = [j for j, i in enumerate(bh.info) if i.kind == "binary" and 0.01 < rate[j] < 0.99]
-    chosen = sorted(binary, key=lambda j: abs(rate[j] - 0.5))[:n_hyps]
-    signals = [family.signals()[j] for j in sorted(chosen)]
-    return wl, SubsetFamily(family, signals), signals
 
 
 def timed_inspect(wl: Workload, family: Any, measure: Any) -> tuple[float, Any]:
-    model = dl.Model(wl.module, encode=wl.encode, name="sql-lstm")
+    model = dl.Model(wl.module, encode=wl.encode, name="probe-lstm")
     t0 = time.perf_counter()
     frame = dl.inspect(models=[model], hypotheses=[family], measures=[measure], data=wl.records,
                        units=[("lstm", "*")], eps=None, cache=False)  # fmt: skip
     return time.perf_counter() - t0, frame
+
+
+def warm_inspect(wl: Workload, family: Any, measure: Any, repeats: int) -> float:
+    """Fastest of ``repeats`` ``dl.inspect`` calls after a first one warmed the hypothesis
+    cache and the model's behavior memo (issue 46's "hypotheses and behaviors warm")."""
+    model = dl.Model(wl.module, encode=wl.encode, name="probe-lstm")
+    cache = dl.HypothesisCache(directory=False)
+
+    def once() -> Any:
+        return dl.inspect(models=[model], hypotheses=[family], measures=[measure],
+                          data=wl.records, units=[("lstm", "*")], eps=None,
+                          cache=cache)  # fmt: skip
+
+    once()
+    return best_of(once, repeats)[0]
+
+
+@contextlib.contextmanager
+def memo_on():
+    """The models' behavior memo at its default size (the script turns it off elsewhere:
+    each cold run pays its own forward pass)."""
+    before = os.environ.get("DNI_LAB_BEHAVIOR_MEMO_MB")
+    os.environ["DNI_LAB_BEHAVIOR_MEMO_MB"] = "64"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DNI_LAB_BEHAVIOR_MEMO_MB")
+        else:
+            os.environ["DNI_LAB_BEHAVIOR_MEMO_MB"] = before
+
+
+def best_of(fn: Any, repeats: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def corr_ratio(wl: Workload, family: Any, bh: Any, repeats: int) -> dict[str, Any]:
+    """Issue 46's ratio: logreg against corr, warm ``dl.inspect`` and the measures alone,
+    every record read (``eps=None``), the fastest of ``repeats`` runs each (corr's of
+    five times as many: it is short, so noise weighs more)."""
+    out: dict[str, Any] = {"repeats": repeats}
+    out["inspect_corr_s"] = warm_inspect(wl, family, "corr", 5 * repeats)
+    out["inspect_logreg_s"] = warm_inspect(wl, family, "logreg", repeats)
+    out["corr_measure_s"] = best_of(lambda: run_measure(Corr(), bh), 5 * repeats)[0]
+    out["logreg_measure_s"] = best_of(lambda: run_measure(LogReg(), bh), repeats)[0]
+    out["inspect_ratio"] = out["inspect_logreg_s"] / out["inspect_corr_s"]
+    out["measure_ratio"] = out["logreg_measure_s"] / out["corr_measure_s"]
+    print(f"warm dl.inspect, every record read: corr {out['inspect_corr_s']:.2f} s, logreg "
+          f"{out['inspect_logreg_s']:.2f} s -> logreg/corr {out['inspect_ratio']:.1f}x "
+          f"(target <= 30x)")  # fmt: skip
+    print(f"measures alone: corr {out['corr_measure_s']:.3f} s, logreg "
+          f"{out['logreg_measure_s']:.2f} s -> {out['measure_ratio']:.1f}x")  # fmt: skip
+    return out
 
 
 def _baseline(out: dict[str, Any], pick: list[int], f1: np.ndarray, n_all: int) -> dict:
@@ -151,14 +200,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--neurox-hyps", type=int, default=3, help="hypotheses NeuroX fits")
     ap.add_argument("--neurox-epochs", type=int, default=10,
                     help="NeuroX's epochs (its default 10 stops below our F1)")  # fmt: skip
+    ap.add_argument("--workload", choices=("sql", "code"), default="sql",
+                    help="the workload of the end-to-end and baseline comparisons")  # fmt: skip
+    ap.add_argument("--ratio-only", action="store_true",
+                    help="only issue 46's logreg/corr ratio on the code workload")  # fmt: skip
+    ap.add_argument("--no-ratio", action="store_true", help="skip that ratio")
+    ap.add_argument("--ratio-records", type=int, default=None,
+                    help=f"code records of the ratio ({CODE_RECORDS:,}; 100 with --quick)")
+    ap.add_argument("--ratio-repeats", type=int, default=2,
+                    help="logreg runs of the ratio, the fastest kept (corr: five times as many)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    n_q = args.queries or (40 if args.quick else 1000)
-    wl, family, signals = workload(n_q, args.quick, args.hyps)
-    print(f"workload: SQL LSTM 128 units, {len(wl.records):,} windows, {len(signals)} hypotheses")
-
-    res: dict[str, Any] = {"records": len(wl.records), "hypotheses": len(signals)}
+    res: dict[str, Any] = {}
+    if not args.no_ratio:
+        n_r = args.ratio_records or (100 if args.quick else CODE_RECORDS)
+        cwl, cfam, csig = code_workload(n_r, args.quick)
+        cbh = behaviors(cwl, cwl.records, 512)
+        n_sym = int(sum(int(m.sum()) for m in cbh.mask))
+        print(f"ratio workload: code LSTM 128 units, {len(cwl.records):,} records, {n_sym:,} "
+              f"symbols, {len(csig)} hypotheses, {args.threads} thread(s)")  # fmt: skip
+        with memo_on():
+            res["corr_ratio"] = {"workload": "code", "records": len(cwl.records),
+                                 "symbols": n_sym, "hypotheses": len(csig), "units": 128,
+                                 **corr_ratio(cwl, cfam, cbh, args.ratio_repeats)}  # fmt: skip
+        if args.ratio_only:
+            res["threads"] = args.threads
+            write_results(args.json, res)
+            return 0
+    if args.workload == "code":
+        n_q = args.queries or (100 if args.quick else CODE_RECORDS)
+        wl, family, signals = code_workload(n_q, args.quick)
+    else:
+        n_q = args.queries or (40 if args.quick else 1000)
+        wl, family, signals = sql_workload(n_q, args.quick, args.hyps)
+    print(f"workload: {args.workload} LSTM 128 units, {len(wl.records):,} records, "
+          f"{len(signals)} hypotheses")  # fmt: skip
+    res |= {"workload": args.workload, "records": len(wl.records), "hypotheses": len(signals)}
     res["inspect_corr_s"], _ = timed_inspect(wl, family, "corr")
     res["inspect_logreg_s"], _ = timed_inspect(wl, family, "logreg")
     sub = Workload(wl.module, wl.encode, "lstm", 128, wl.records, [family])
