@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed
 # skipped with that reason. `make demo` and `make install` never touch them.
 SYSTEM_PACKAGES := postgresql chromium
 
-.PHONY: install demo test lint bench system-packages saelens-env
+.PHONY: install demo test lint bench system-packages saelens-env warm-store
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(STAMP): $(BASE)
 	$(PY) -c "from dni_lab.widgets.vega import offline; offline()"
 	touch $(STAMP)
 
+warm-store: $(STAMP)
+	@$(PY) -m hypotheses.workloads.warm_store > $(VENV)/warm_store.log 2>&1; rc=$$?; \
+	cat $(VENV)/warm_store.log; exit $$rc
+
 system-packages:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -53,14 +57,11 @@ install: $(STAMP)
 demo: $(BASE)
 	$(VENV)/bin/dni-lab demo
 
-# The reference models the tests read are trained (warm_store) while the system packages
+# The reference models the tests read are trained (warm-store) while the system packages
 # and side venvs install, two single-threaded trainings at once: the same weights a test
-# would train, stored before it asks.
+# would train, stored before it asks. One $(MAKE) line, so `make -n test` plans it all.
 test: $(STAMP)
-	@$(PY) -m hypotheses.workloads.warm_store > $(VENV)/warm_store.log 2>&1 & warm=$$!; \
-	$(MAKE) -j3 --no-print-directory system-packages saelens-env zoo-env; deps=$$?; \
-	wait $$warm; warmed=$$?; cat $(VENV)/warm_store.log; \
-	[ $$deps -eq 0 ] && [ $$warmed -eq 0 ]
+	$(MAKE) -j3 --no-print-directory warm-store system-packages saelens-env zoo-env
 	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
 	@# The notebooks' checked outputs are stored in quick mode (CI=1): quick is the test
 	@# command's default, so `make test` passes with or without CI set

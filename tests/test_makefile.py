@@ -45,3 +45,5 @@ def test_the_tests_install_the_dev_extra_and_the_system_packages(tmp_path):
     # the system packages and the dev extra are in place before pytest starts
     assert steps.index("apt-get install") < steps.index("-m pytest")
     assert steps.index("[dev]") < steps.index("-m pytest")
+    # the reference models are trained before the suite reads them
+    assert steps.index("hypotheses.workloads.warm_store") < steps.index("-m pytest")
