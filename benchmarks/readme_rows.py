@@ -335,6 +335,31 @@ def _acts(workload: str):
     return cells, targets  # fmt: skip
 
 
+def _every(d: dict) -> tuple[str, str, str]:
+    """Every name TransformerLens 4.3's ``run_with_cache`` returns: time and peak RSS."""
+    e = d["every"]
+    t = {r["tool"]: r for r in e["rows"]}
+    o, tl, q = t["ours"], t["transformer_lens"], e["ratios"]["ours"]
+    return (f"{o['seconds']:.2f} s, {o['rss_peak_mb']:,.0f} MiB ({e['names']} names, "
+            f"max |diff| {e['max_abs_diff']:.1e})",
+            f"TransformerLens 4.3 {tl['seconds']:.2f} s, {tl['rss_peak_mb']:,.0f} MiB",
+            f"{times(q['time'])} time, {times(q['peak_rss'])} peak RSS")  # fmt: skip
+
+
+def _grids(d: dict) -> tuple[str, str, str]:
+    """The patching grids with their nulls against TransformerLens's helpers."""
+    g = d["grids"]
+    ours = ", ".join(f"{k} {secs(v['seconds_ours_null'])}" for k, v in g.items())
+    base = ", ".join(f"{k} {secs(v['seconds_transformer_lens'])}" for k, v in g.items())
+    worst = max(v["max_abs_diff"] for v in g.values())
+    ratio = ", ".join(f"{times(v['ratio_with_null'])}" for v in g.values())
+    return f"{ours} (with nulls; max |diff| {worst:.1e})", base, ratio
+
+
+def _worst_grid(d: dict) -> float:
+    return max(v["ratio_with_null"] for v in d["grids"].values())
+
+
 def _stops(s: dict) -> list[float]:
     return sorted(t["stop_s"] for t in s["trials"] if not t["ended_before_stop"])
 
@@ -540,6 +565,18 @@ ROWS: tuple[Row, ...] = (
         "activations", *_acts("block3")),
     Row("the same, every block's `hook_resid_post`", "`bench_activations.py`", "activations",
         *_acts("all")),
+    Row("`dl.activations` of every name TransformerLens 4.3's `run_with_cache` returns "
+        "(`hook_pattern` and `hook_attn_scores` included) vs `TransformerBridge.run_with_cache`"
+        ", GPT-2-shaped (4 blocks, width 512), 64 records of 64 tokens, one thread each, "
+        "one cache kept whole",
+        "`bench_activations.py --every`", "activations", _every,
+        (Target("time ", "<=", 1, "×", lambda d: d["every"]["ratios"]["ours"]["time"]),
+         Target("peak RSS ", "<=", 1, "×",
+                lambda d: d["every"]["ratios"]["ours"]["peak_rss"]))),
+    Row("patching grids (resid_pre layer × position, head_out and pattern layer × head), "
+        "each with its null grid, vs TransformerLens 4.3's `get_act_patch_*` (no null), "
+        "same model and process", "`bench_patching.py`", "patching", _grids,
+        (Target("worst ", "<=", 1, "×", _worst_grid),)),
     Row("Stop during the main job (`corr` + `logreg`, Stops spread over a run)",
         "`bench_stop.py`", "stop", _stop,
         (Target("max ", "<=", 1, " s", lambda s: _stops(s)[-1]),)),
