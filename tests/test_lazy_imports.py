@@ -45,3 +45,15 @@ assert "-0.7" in table.snapshot_html()
 def test_the_charts_still_import_it_when_asked():
     # the check above can fail: asking for a chart panel does import Altair
     assert imported_after("from dni_lab.widgets import Plot")["altair"] is True
+
+
+
+def test_import_dni_lab_leaves_scipy_stats_for_the_first_rank_correlation():
+    # scipy.stats costs ~0.7 s of a ~3 s `import dni_lab` (every kernel, Ray worker and CLI
+    # call pays it); only attribution patching's Spearman needs it, and imports it there
+    probe = "import dni_lab, sys\nprint('scipy.stats' in sys.modules)"
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": path}, cwd=REPO, timeout=120,
+                         check=True).stdout  # fmt: skip
+    assert out.strip().splitlines()[-1] == "False"
