@@ -5,11 +5,10 @@
   that has them (a Hugging Face one: ``model.attention_patterns()``,
   :mod:`dni_lab.backend.hf.patterns`) reads them with hooks of its own, in the same
   forward passes as the units, per record ``(heads, tokens, tokens)``.
-* **``stop_at_layer=k``** ends every forward pass after block ``k``: a forward pre-hook on
-  whatever runs next (block ``k + 1``, or the first module after the blocks) raises
-  :class:`_StopAtLayer`, which a wrapper around the model's ``forward`` catches, so the
-  Extractor gets the values captured so far, as when a Hugging Face model stops early
-  by itself. A name past block ``k`` is refused before any pass (:func:`reached`).
+* **``stop_at_layer=k``** ends every forward pass after block ``k`` (:mod:`.stop_at_layer`):
+  a forward pre-hook on whatever runs next raises, a wrapper around the model's ``forward``
+  catches it, and the Extractor gets the values captured so far. A name past block ``k`` is
+  refused before any pass.
 
 The model is left as found: hooks removed, its ``forward`` and ``stop_early`` put back,
 its attention implementation restored, also after an error.
@@ -26,15 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import DNIError, LayerError
+from ..errors import LayerError
 from .activation_writes import Writer, give_back, writable, zeros
 from .extract import Extractor, _reassemble, as_indices
 from .length_batches import length_batches
 from .name_filters import expand_names, is_glob
-
-
-class _StopAtLayer(Exception):
-    """Raised by the hook after block ``k``; the wrapped ``forward`` returns None."""
+from .stop_at_layer import block_of, block_paths, raise_stop, wrap_forward
 
 
 def split_names(
@@ -92,76 +88,6 @@ def split_names(
     return units, patterns, chosen
 
 
-def reached(
-    model: Any,
-    units: list[Any],
-    patterns: list[tuple[str, Any, Any]],
-    chosen: set[str],
-    stop_at_layer: Any,
-) -> tuple[list[Any], list[tuple[str, Any, Any]]]:
-    """The names a stop after block ``stop_at_layer`` reaches, checked before any pass.
-
-    A name a glob or callable chose (``chosen``) past the stop is left out; a name the
-    caller gave past it raises.
-
-    Raises
-    ------
-    DNIError
-        ``stop_at_layer`` is not a block of the model, or the model has no block list.
-    LayerError
-        A name the caller gave is read after the stop, or the filter chose only such names.
-    """
-    if stop_at_layer is None:
-        return units, patterns
-    blocks = block_paths(model)
-    n = len(blocks)
-    if not blocks:
-        raise DNIError(
-            f"stop_at_layer: model {model.name!r} has no list of blocks to stop in; leave "
-            "stop_at_layer out."
-        )
-    k = stop_at_layer
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= int(k) < n:
-        raise DNIError(
-            f"stop_at_layer must be a block from 0 to {n - 1} (model {model.name!r} has {n} "
-            f"blocks), not {k!r}."
-        )
-    k = int(k)
-
-    def late(name: Any) -> str | None:  # the address of a name read after block k
-        head = name[0] if isinstance(name, tuple) and name else name
-        address = getattr(head, "address", None) or model.resolve_layer(head)
-        b = block_of(model, blocks, address)
-        return address if b is None or b > k else None
-
-    out_units, out_patterns, refused = [], [], []
-    for u in units:
-        addr = late(u)
-        if addr is None:
-            out_units.append(u)
-        elif not (isinstance(u, str) and u in chosen):
-            refused.append((u, addr))
-    for p in patterns:
-        b = block_of(model, blocks, p[2].address)
-        if b is not None and b <= k:
-            out_patterns.append(p)
-        elif p[0] not in chosen:
-            refused.append((p[0], p[2].address))
-    if refused:
-        name, addr = refused[0]
-        raise LayerError(
-            f"{name!r} ({addr}) is read after block {k}, where stop_at_layer={k} ends the "
-            f"forward pass; raise stop_at_layer or leave the name out ({len(refused)} such "
-            f"name{'s' if len(refused) > 1 else ''})."
-        )
-    if not out_units and not out_patterns:
-        raise LayerError(
-            f"the names filter chose names of model {model.name!r} read after block {k} only; "
-            f"stop_at_layer={k} ends the forward pass before them."
-        )
-    return out_units, out_patterns
-
-
 def _others(model: Any, names: Any, is_feature_set: Callable, have_patterns: bool) -> list[Any]:
     """The unit names a filter selects; none is no error when it selected patterns."""
     try:
@@ -170,47 +96,6 @@ def _others(model: Any, names: Any, is_feature_set: Callable, have_patterns: boo
         if have_patterns:
             return []
         raise
-
-
-def block_paths(model: Any) -> list[str]:
-    """The module path of each block (an entry of the model's block list), or []."""
-    out = []
-    for p in model.positional_layers():
-        parts = p.split(".")
-        found = None
-        for j in range(len(parts), 0, -1):  # the innermost ancestor held by a ModuleList
-            parent = ".".join(parts[: j - 1])
-            mod = model.module.get_submodule(parent) if parent else model.module
-            if isinstance(mod, nn.ModuleList):
-                found = ".".join(parts[:j])
-                break
-        if found is None:
-            return []
-        out.append(found)
-    return out
-
-
-def block_of(model: Any, blocks: list[str], address: str) -> int | None:
-    """The block ``address`` is read in; -1 before the blocks, None after them.
-
-    An address under block ``i``'s path is in block ``i``; any other is placed by its
-    module's position in ``named_modules()`` (embeddings before the block list, a final
-    norm and a head after it).
-    """
-    for i, b in enumerate(blocks):
-        if address == b or address.startswith(b + "."):
-            return i
-    if not blocks:
-        return None
-    module = model.module
-    order = {id(m): j for j, (_n, m) in enumerate(module.named_modules())}
-    last = module.get_submodule(blocks[-1])
-    end = max(order[id(m)] for m in last.modules())
-    try:
-        at = order.get(id(model._module(address)))
-    except (AttributeError, LayerError):
-        at = None
-    return None if at is None or at > end else -1
 
 
 class Passes:
@@ -225,7 +110,8 @@ class Passes:
     addresses : dict
         ``{name: address}`` of the unit names.
     stop_at_layer : int or None
-        The caller's block to stop after (None: no stop asked), checked by :func:`reached`.
+        The caller's block to stop after (None: no stop asked), checked by
+        :func:`.stop_at_layer.reached`.
     """
 
     def __init__(
@@ -240,7 +126,7 @@ class Passes:
         heads = model.attention_patterns().heads if patterns else 0
         self.heads = {name: as_indices(sel, heads, tap.address, model.name)
                       for name, sel, tap in patterns}  # fmt: skip
-        self.blocks = block_paths(model)  # stop_at_layer was checked (reached)
+        self.blocks = block_paths(model)  # stop_at_layer was checked (stop_at_layer.reached)
         where = {**addresses, **{n: t.address for n, t in self.taps.items()}}
         needed = [block_of(model, self.blocks, a) for a in where.values()]
         if stop_at_layer is not None:
@@ -289,8 +175,8 @@ class Passes:
                 passes = stack.enter_context(reader.reading(taps))
             after = self._stop_module() if self.stop is not None else None
             if after is not None:
-                stack.callback(after.register_forward_pre_hook(_raise_stop).remove)
-                _wrap_forward(model, stack)
+                stack.callback(after.register_forward_pre_hook(raise_stop).remove)
+                wrap_forward(model, stack)
             yield passes
 
     def block(
@@ -400,29 +286,3 @@ class Passes:
                     if got[tap.address][0] is not full:
                         got.pop(tap.address)
         return out, tokens
-
-
-def _raise_stop(_mod: nn.Module, _args: tuple) -> None:
-    raise _StopAtLayer
-
-
-def _wrap_forward(model: Any, stack: contextlib.ExitStack) -> None:
-    """``model.forward`` returns None where the stop hook ended the pass; put back on exit."""
-    own = vars(model).get("forward")
-    inner = model.forward
-
-    def forward(batch: Any) -> Any:
-        try:
-            return inner(batch)
-        except _StopAtLayer:  # every name was read before block stop + 1
-            return None
-
-    model.forward = forward
-
-    def restore() -> None:
-        if own is None:
-            del model.forward
-        else:
-            model.forward = own
-
-    stack.callback(restore)

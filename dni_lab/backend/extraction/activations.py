@@ -35,11 +35,12 @@ from torch import nn
 
 from ..errors import DNIError, LayerError
 from .activation_cache import SHAPES, ActivationCache
-from .activation_passes import Passes, reached, split_names
+from .activation_passes import Passes, split_names
 from .activation_stacks import describe
 from .activation_writes import writable
 from .extract import Extractor, metric_gradients, on_device, resolve_device, symbol_mask
 from .models import Model
+from .stop_at_layer import reached
 
 __all__ = ["ActivationCache", "activations"]
 
