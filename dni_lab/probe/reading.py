@@ -141,7 +141,8 @@ def read_layers(
         for layer in layers:
             acts = cache[layer]  # a (layer, units) name is cached under its layer
             # only the symbols' rows kept: the padded block is freed with the cache
-            blocks[layer].append(torch.cat([acts[i, :n] for i, n in enumerate(lengths)]))
+            # float32: a half-precision model's cache keeps its dtype, a probe fits float32
+            blocks[layer].append(torch.cat([acts[i, :n] for i, n in enumerate(lengths)]).float())
         if family is not None:
             block = recs[cache.first : cache.first + cache.n_records]
             H = hypothesis_block([family], block, lengths, cache.first, None)

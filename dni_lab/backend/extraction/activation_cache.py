@@ -1,7 +1,7 @@
 """``ActivationCache``: what ``dl.activations`` returns, with TransformerLens's cache methods.
 
-A cache holds padded ``(records, symbols, units)`` float32 tensors (as the Extractor
-reads them), plus each record's symbol count (``lengths``); positions past a
+A cache holds padded ``(records, symbols, units)`` tensors in the model's floating dtype
+(as the Extractor reads them), plus each record's symbol count (``lengths``); positions past a
 record's length are 0. Attention patterns are ``(records, heads, tokens, tokens)``.
 With ``shapes="transformer_lens"`` a per-head name is a view in TransformerLens's shape
 (``hook_q``/``k``/``v``/``z``: ``(records, tokens, heads, d_head)``; ``hook_result``:

@@ -189,7 +189,7 @@ class Passes:
         units : dict
             ``{address: (R, T, U)}``, as :meth:`Extractor._batched` gives them.
         patterns : dict
-            ``{name: (R, heads, T_tokens, T_tokens)}`` float32 on the CPU, 0 past a
+            ``{name: (R, heads, T_tokens, T_tokens)}`` in the model's dtype on the CPU, 0 past a
             record's tokens.
         tokens : torch.Tensor
             ``(R,)`` int64: each record's token count (the patterns' positions).
@@ -273,7 +273,7 @@ class Passes:
                 full = read[0][1][tap.address][0]
             else:
                 h = torch.as_tensor(heads)
-                full = zeros(R, len(heads), T, T)
+                full = zeros(R, len(heads), T, T, dtype=read[0][1][tap.address][0].dtype)
                 for rows, got in read:
                     t, n = got[tap.address]
                     t = t if every else t[:, h]

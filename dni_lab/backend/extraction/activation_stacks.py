@@ -9,7 +9,7 @@ from what a dl cache is:
 * slots past a record's length are 0 in a dl cache, and so is their cached
   ``hook_scale``; ``apply_ln_to_stack`` leaves them 0 there instead of dividing by 0;
 * the final norm (``accumulated_resid(apply_ln=True)`` at the last layer, where
-  TransformerLens recomputes it per component) is the model's own module, run in float32
+  TransformerLens recomputes it per component) is the model's own module, run in its dtype
   (at padding it gives the norm's bias).
 
 ``logit_attrs`` is direct logit attribution with TransformerLens's ``apply_ln`` choice:
@@ -273,8 +273,8 @@ class Stacks:
             return x
         if recompute_ln and layer == m.n_blocks and m.final_norm is not None:
             with torch.no_grad():
-                dev = next(m.final_norm.parameters(), x).device
-                out = m.final_norm(x.to(dev, torch.float32)).to(x.device, x.dtype)
+                p = next(m.final_norm.parameters(), x)  # the norm's own device and dtype
+                out = m.final_norm(x.to(p.device, p.dtype)).to(x.device, x.dtype)
             return out
         if m.norm == "layer":
             x = x - x.mean(-1, keepdim=True)

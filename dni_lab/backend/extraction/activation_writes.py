@@ -21,8 +21,9 @@ symbol slots known: ``symbol_slots``) :class:`Writer` instead:
 * hands what a block's passes freed back to the OS (glibc's ``malloc_trim``) once the
   block is read, so a loop over blocks does not grow by what its passes once held.
 
-Values are the Extractor's: float32, 0 past a record's symbols, a NaN or inf at a real
-symbol raising :class:`~dni_lab.backend.errors.BehaviorError` naming its record.
+Values are the Extractor's, in the model's floating dtype: 0 past a record's symbols, a
+NaN or inf at a real symbol raising :class:`~dni_lab.backend.errors.BehaviorError` naming
+its record.
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ class Writer:
         if got is None or x.shape[0] != len(state.recs) or some:
             return
         w, b = mod.weight, mod.bias
-        dest = self._dest(addr, mod.out_features, state)
+        dest = self._dest(addr, mod.out_features, state, mod.weight.dtype)
         direct = dest.dtype == w.dtype == x.dtype and w.device == dest.device == x.device
         spans = [(i, r, n, start) for i, (r, n, start) in enumerate(got[0]) if n]
         srcs = [x[i, start : start + n] if start >= 0 else x[i].index_select(0, got[1][i, :n])
@@ -302,8 +303,8 @@ class Writer:
             T = state.mask.shape[1]
             g = gathered_symbols(g, state.recs, T, addr, self.model.name, self.model.resize)
             g = self._select(addr, g)
-            dest = self._dest(addr, g.shape[-1], state)
-            dest[state.rows, :T] = g.detach().float().cpu()
+            dest = self._dest(addr, g.shape[-1], state, g.dtype)
+            dest[state.rows, :T] = g.detach().cpu()
             t = g
         if not bool(torch.isfinite(t.sum())):  # a NaN somewhere: at a real symbol?
             got = state.units[addr][state.rows, : state.mask.shape[1]]
@@ -313,7 +314,7 @@ class Writer:
         """Each record's symbols from ``t`` (``(rows, tokens, D)``) into its rows."""
         spans, index = spans
         cols = self._cols_of(addr, t.shape[-1])
-        dest = self._dest(addr, t.shape[-1] if cols is None else len(cols), state)
+        dest = self._dest(addr, t.shape[-1] if cols is None else len(cols), state, t.dtype)
         one = t.shape[0] == 1
         for i, (r, n, start) in enumerate(spans):
             src = t[0 if one else i]
@@ -336,10 +337,14 @@ class Writer:
         cols = self._cols_of(addr, g.shape[-1])
         return g if cols is None else g[..., cols.to(g.device)]
 
-    def _dest(self, addr: str, width: int, state: _Pass) -> torch.Tensor:
+    def _dest(self, addr: str, width: int, state: _Pass, dtype: torch.dtype) -> torch.Tensor:
+        """The block's tensor of ``addr``, allocated at its first write in the captured
+        floating dtype (the model's: a bfloat16 model's cache takes half a float32 one's
+        memory, as TransformerLens's does); float32 for anything else."""
         dest = state.units.get(addr)
         if dest is None:
-            dest = state.units[addr] = zeros(*state.shape, width)
+            dtype = dtype if dtype.is_floating_point else torch.float32
+            dest = state.units[addr] = zeros(*state.shape, width, dtype=dtype)
         return dest
 
 

@@ -8,7 +8,8 @@ model's forward pass stops after the last block a name needs), and values are la
 per *symbol* (a token of an HF model, without special tokens or padding; a character of a
 string record; a pixel of an image map, as the model's layouts say).
 
-A cache holds padded ``(records, symbols, units)`` float32 tensors on the CPU plus each
+A cache holds padded ``(records, symbols, units)`` tensors in the model's floating dtype
+(as TransformerLens keeps them: float32 for a float32 model) on the CPU plus each
 record's symbol count (``lengths``); positions past a record's length are 0. Attention
 patterns (``attn.hook_pattern``, ``hook_attn_scores``) are ``(records, heads, tokens,
 tokens)``, TransformerLens's shape, with each record's token count in
@@ -134,7 +135,7 @@ def activations(
     Returns
     -------
     ActivationCache or iterator of ActivationCache
-        ``cache[name]``: ``(records, symbols, units)`` float32, padded with 0 past
+        ``cache[name]``: ``(records, symbols, units)`` in the model's dtype, padded with 0 past
         ``cache.lengths``; an attention pattern ``(records, heads, tokens, tokens)``, 0 past
         ``cache.pattern_lengths``; ``cache.frame(name)`` / ``cache.to_polars()``: long frames.
         On a transformer the cache has TransformerLens's methods too: ``.to``,
@@ -255,7 +256,7 @@ def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad)
 
     names, patterns, stop_at_layer, shape = how
     if not names:  # patterns alone: no units, no probe pass
-        ex = Extractor(model, {}, "activation", dev, forward_batch=forward_batch)
+        ex = Extractor(model, {}, "activation", dev, forward_batch=forward_batch, keep_dtype=True)
         return ex, {}, {}, {}, Passes(model, patterns, {}, stop_at_layer), shape
     pairs = [(n, "*") if isinstance(n, str) or is_feature_set(n) else tuple(n) for n in names]
     bad = [p for p in pairs if len(p) != 2 or not (isinstance(p[0], str) or is_feature_set(p[0]))]
@@ -289,7 +290,7 @@ def _plan(model: Model, how: tuple, sample: list[Any], dev, forward_batch, grad)
         units[key] = mu.units[g.cols]
         cols[key] = torch.as_tensor(g.cols - starts[addr])
     ex = Extractor(model, mu.layer_units, "activation", dev, mu.features,
-                   forward_batch=forward_batch)  # fmt: skip
+                   forward_batch=forward_batch, keep_dtype=True)  # fmt: skip
     if grad is not None:
         sets = [n for n, _ in pairs if is_feature_set(n)]
         if sets:

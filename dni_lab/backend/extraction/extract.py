@@ -94,8 +94,12 @@ class Extractor:
         sparse: bool = False,
         forward_batch: int | None = None,
         padding: Padding | None = None,
+        keep_dtype: bool = False,
     ) -> None:
         self.model = model
+        #: store a unit's values in the model's floating dtype (``dl.activations``: a cache,
+        #: as TransformerLens keeps it); the measures read float32
+        self.keep_dtype = keep_dtype
         self.layer_units = layer_units
         self.behavior = behavior
         self.device = device
@@ -236,9 +240,10 @@ class Extractor:
                     act = input_gradient(act, leaf, mask, records, self.model)
                 elif callable(self.behavior):
                     act = apply_function(self.behavior, act, records, addr)
-                out[addr] = _check_finite(
-                    act.detach().float(), self.model, addr, mask, first, rows, pad
-                )
+                act = act.detach()
+                if not (self.keep_dtype and act.is_floating_point()):
+                    act = act.float()
+                out[addr] = _check_finite(act, self.model, addr, mask, first, rows, pad)
         return out
 
     def _metric_gradients(self, records, mask, first, rows) -> dict[str, torch.Tensor]:

@@ -58,12 +58,15 @@ def _eps(mod: nn.Module) -> float:
 
 
 def normalize(x: torch.Tensor, mod: nn.Module, kind: str, what: str) -> torch.Tensor:
-    """TransformerLens's ``hook_normalized`` (``what="normalized"``) or ``hook_scale``."""
+    """TransformerLens's ``hook_normalized`` (``what="normalized"``) or ``hook_scale``,
+    computed in float32 and returned in ``x``'s dtype (a half-precision model's cache keeps
+    its dtype)."""
+    dtype = x.dtype if x.is_floating_point() else torch.float32
     x = x.float()
     if kind == "layer":
         x = x - x.mean(-1, keepdim=True)
     scale = (x.pow(2).mean(-1, keepdim=True) + _eps(mod)).sqrt()
-    return scale if what == "scale" else x / scale
+    return (scale if what == "scale" else x / scale).to(dtype)
 
 
 def result(z: torch.Tensor, proj: nn.Module, head_dim: int) -> torch.Tensor:

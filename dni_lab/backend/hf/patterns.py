@@ -127,8 +127,8 @@ class Patterns:
         """Hooks that read ``taps`` during the forward passes run inside the context.
 
         Yields a list that gets one dict per forward pass, ``{address: (values, tokens)}``:
-        ``(R, heads, T, T)`` float32 on the CPU, ``T`` the pass's longest record in tokens,
-        and each record's token count (:func:`per_record`). The model runs
+        ``(R, heads, T, T)`` in the model's dtype on the CPU, ``T`` the pass's longest record
+        in tokens, and each record's token count (:func:`per_record`). The model runs
         eager attention inside the context; every hook, mode and the attention
         implementation are put back on exit, also after an error or a stopped pass.
         """
@@ -200,7 +200,7 @@ def per_record(t: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor
     """
     R, H, T, _ = t.shape
     if mask is None:
-        return t.detach().float().cpu(), torch.full((R,), T, dtype=torch.int64)
+        return t.detach().cpu(), torch.full((R,), T, dtype=torch.int64)
     real = mask.to(t.device).bool()[:, -T:]
     n = real.sum(1)
     Tm = int(n.max()) if R else 0
@@ -208,14 +208,14 @@ def per_record(t: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor
     if Tm == T and torch.equal(real, inside):  # right padding: the pass's own tensor, no copy
         keep = inside[:, None, :, None] & inside[:, None, None, :]
         # in place: the module has returned, and its weights are read by nothing after it
-        return t.detach().masked_fill_(~keep, 0.0).float().cpu(), n.cpu().to(torch.int64)
+        return t.detach().masked_fill_(~keep, 0.0).cpu(), n.cpu().to(torch.int64)
     # a stable sort puts each row's real tokens first, in their order
     idx = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices[:, :Tm]
     rows = t.gather(2, idx[:, None, :, None].expand(R, H, Tm, T))
     out = rows.gather(3, idx[:, None, None, :].expand(R, H, Tm, Tm))
     valid = torch.arange(Tm, device=t.device)[None, :] < n[:, None]
     keep = valid[:, None, :, None] & valid[:, None, None, :]
-    return out.masked_fill(~keep, 0.0).detach().float().cpu(), n.cpu().to(torch.int64)
+    return out.masked_fill(~keep, 0.0).detach().cpu(), n.cpu().to(torch.int64)
 
 
 class _SoftmaxInput(TorchFunctionMode):
