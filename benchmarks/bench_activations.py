@@ -227,6 +227,7 @@ def every_side(tool: str, where: Path) -> dict:
     tok = PreTrainedTokenizerFast.from_pretrained(str(where))
     tok.padding_side = "right"
     module = GPT2LMHeadModel.from_pretrained(str(where), attn_implementation="eager").eval()
+    module = module.to(getattr(torch, data.get("dtype", "float32")))  # --dtype: both tools
     with torch.inference_mode():
         for p in module.parameters():
             p.sum()
@@ -416,6 +417,9 @@ def main() -> None:
     ap.add_argument("--peers-python", type=Path, default=PEERS,
                     help="TransformerLens 4.3's environment (--every)")
     ap.add_argument("--every", action="store_true", help="the every-name workload alone")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the model's dtype in the every-name workload (results: every or "
+                    "every_bfloat16)")  # fmt: skip
     args = ap.parse_args()
     if args.side:
         print("RESULT " + json.dumps(side(args.side[0], args.side[1], Path(args.side[2]))))
@@ -431,7 +435,10 @@ def main() -> None:
         shape = build(where, args.quick, n, tokens, batch, 1 if args.quick else args.repeats,
                       dict(n_embd=256 if args.quick else 512, n_layer=4,
                            n_head=4 if args.quick else 8))  # fmt: skip
+        data = json.loads((where / "data.json").read_text())
+        (where / "data.json").write_text(json.dumps({**data, "dtype": args.dtype}))
         every = run_every(args, where)
+        every["dtype"] = args.dtype
         env = environment()
         # another job beside this one-thread run: wall-clock ratios are noise, CPU seconds less
         every.update(quick=args.quick, shape=shape, records=n, tokens_per_record=tokens,
@@ -440,7 +447,7 @@ def main() -> None:
                      > (os.cpu_count() or 1) / 2)  # fmt: skip
         if args.out:
             old = json.loads(args.out.read_text()) if args.out.exists() else {}
-            old["every"] = every
+            old["every" if args.dtype == "float32" else f"every_{args.dtype}"] = every
             args.out.write_text(json.dumps(old, indent=1) + "\n")
         return
     if not args.python.exists():
