@@ -3,6 +3,7 @@ agent's CNN uses the ghost and has a ghost unit that its untrained copy lacks.""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -15,6 +16,10 @@ import dni_lab as dl
 from hypotheses import gridworld as gw
 from hypotheses.workloads import gridworld_cnn as cnn
 from hypotheses.workloads import gridworld_flee as flee
+
+#: the store the session was started with (CI's, which warm_store filled), before this
+#: module's ``store`` fixture points DNI_LAB_MODELS at a private one
+DEFAULT_STORE = os.environ.get("DNI_LAB_MODELS")
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +112,15 @@ def test_training_is_deterministic_under_seed(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def flee_trained():
     # The full variant (about a minute to train), from the default store that notebook 06
-    # reads too, so CI trains it once: the quick variant never learns to use the ghost.
-    return flee.load(), flee.load(blind=True)
+    # reads too and `make test`'s warm_store fills, so CI trains it once: the quick variant
+    # never learns to use the ghost. The module's private store (``store``, still set when
+    # this runs) would train both again (~200 s).
+    with pytest.MonkeyPatch.context() as mp:
+        if DEFAULT_STORE is None:
+            mp.delenv("DNI_LAB_MODELS", raising=False)
+        else:
+            mp.setenv("DNI_LAB_MODELS", DEFAULT_STORE)
+        return flee.load(), flee.load(blind=True)
 
 
 @pytest.fixture(scope="module")
