@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def plan(target: str, tmp_path: Path) -> str:
     """What ``make -n target`` would run from a fresh clone (no venv, no side venvs)."""
-    venvs = [f"{var}={tmp_path / var.lower()}" for var in ("VENV", "SAELENS_VENV", "ZOO_VENV", "TIMM_VENV")]
+    names = ("VENV", "SAELENS_VENV", "ZOO_VENV", "TIMM_VENV")
+    venvs = [f"{var}={tmp_path / var.lower()}" for var in names]
     out = subprocess.run(["make", "-n", "--no-print-directory", target, *venvs], cwd=ROOT,
                          capture_output=True, text=True, check=True)  # fmt: skip
     return out.stdout
