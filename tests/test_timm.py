@@ -99,4 +99,4 @@ def test_the_default_units_are_the_blocks(report, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_model_is_left_as_found(report, case):
-    assert report[case]["left_as_found"] is True
+    assert report[case]["left_as_found"] is True, report[case]["changed"]

@@ -12,14 +12,13 @@ size and another, and ``vit_tiny_patch16_224`` itself) it records what dni_lab r
 the model (prefix, symbols, default layers), each named address's ``dl.activations``
 against a hand-written forward hook (patch tokens after the prefix the case's config
 implies, not the one dni_lab found), ``dl.inspect``'s Pearson r on ``blocks.0`` against
-one computed by hand, and whether the module was left as found.
+one computed by hand, and whether the module was left as found (``zoo.state``'s snapshot).
 
 Usage: ``timm_side.py [CASE ...]`` (default: every case).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -38,6 +37,7 @@ warnings.filterwarnings("ignore", message="Failed to load image Python extension
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import timm  # noqa: E402
 from tolerances import f32_tol  # noqa: E402
+from zoo.state import differences, snapshot  # noqa: E402
 
 import dni_lab as dl  # noqa: E402
 from dni_lab.backend.errors import DNIError  # noqa: E402
@@ -122,17 +122,6 @@ def per_patch(address: str, out: torch.Tensor, prefix: int) -> torch.Tensor:
     return out[:, prefix:]
 
 
-def snapshot(net: nn.Module) -> tuple:
-    """Training flags, parameters and buffers (bitwise), requires_grad and hook counts."""
-    digest = hashlib.sha256()
-    for k, v in net.state_dict().items():
-        digest.update(k.encode())
-        digest.update(v.detach().cpu().contiguous().numpy().tobytes())
-    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in net.modules())
-    return (tuple(m.training for m in net.modules()), digest.hexdigest(),
-            tuple(p.requires_grad for p in net.parameters()), hooks)  # fmt: skip
-
-
 def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e)[:400]}"
 
@@ -198,7 +187,9 @@ def run_case(case: Case) -> dict[str, Any]:
                        if len(got_r) == len(want_r) else None}  # fmt: skip
     except Exception as e:
         out["corr"] = {"error": _error(e)}
-    out["left_as_found"] = snapshot(net) == before
+    changed = differences(before, snapshot(net))
+    out["left_as_found"] = not changed
+    out["changed"] = changed[:10]
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return out
 
