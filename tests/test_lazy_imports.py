@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 CHARTING = ("altair", "vl_convert")
 
 
-def imported_after(code: str) -> dict[str, bool]:
-    """Which charting modules are in ``sys.modules`` after ``code`` ran in a new process."""
-    report = f"print(json.dumps({{m: m in sys.modules for m in {CHARTING!r}}}))"
+def imported_after(code: str, modules: tuple[str, ...] = CHARTING) -> dict[str, bool]:
+    """Which of ``modules`` (the charting ones) are in ``sys.modules`` after ``code`` ran in
+    a new process."""
+    report = f"print(json.dumps({{m: m in sys.modules for m in {modules!r}}}))"
     probe = f"{code}\nimport json, sys\n{report}"
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
@@ -51,9 +52,4 @@ def test_the_charts_still_import_it_when_asked():
 def test_import_dni_lab_leaves_scipy_stats_for_the_first_rank_correlation():
     # scipy.stats costs ~0.7 s of a ~3 s `import dni_lab` (every kernel, Ray worker and CLI
     # call pays it); only attribution patching's Spearman needs it, and imports it there
-    probe = "import dni_lab, sys\nprint('scipy.stats' in sys.modules)"
-    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": path}, cwd=REPO, timeout=120,
-                         check=True).stdout  # fmt: skip
-    assert out.strip().splitlines()[-1] == "False"
+    assert imported_after("import dni_lab", ("scipy.stats",)) == {"scipy.stats": False}
