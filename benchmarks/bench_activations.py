@@ -381,7 +381,7 @@ def run_every(args, where: Path) -> dict:
 
 # -- the parent: build, run every side, write ----------------------------------------------
 def build(where: Path, quick: bool, n_records: int, tokens: int, batch: int, repeats: int,
-          shape: dict | None = None):
+          shape: dict | None = None, dtype: str = "float32"):
     import numpy as np
     import torch
     import transformers
@@ -402,7 +402,7 @@ def build(where: Path, quick: bool, n_records: int, tokens: int, batch: int, rep
     where.mkdir(parents=True, exist_ok=True)
     module.save_pretrained(str(where))
     tok.save_pretrained(str(where))
-    data = dict(records=texts, batch=batch, repeats=repeats, shape=shape)
+    data = dict(records=texts, batch=batch, repeats=repeats, shape=shape, dtype=dtype)
     (where / "data.json").write_text(json.dumps(data))
     return shape
 
@@ -434,14 +434,12 @@ def main() -> None:
         n, tokens, batch = (8, 32, 4) if args.quick else (64, 64, 16)
         shape = build(where, args.quick, n, tokens, batch, 1 if args.quick else args.repeats,
                       dict(n_embd=256 if args.quick else 512, n_layer=4,
-                           n_head=4 if args.quick else 8))  # fmt: skip
-        data = json.loads((where / "data.json").read_text())
-        (where / "data.json").write_text(json.dumps({**data, "dtype": args.dtype}))
+                           n_head=4 if args.quick else 8), args.dtype)  # fmt: skip
         every = run_every(args, where)
-        every["dtype"] = args.dtype
         env = environment()
         # another job beside this one-thread run: wall-clock ratios are noise, CPU seconds less
-        every.update(quick=args.quick, shape=shape, records=n, tokens_per_record=tokens,
+        every.update(quick=args.quick, dtype=args.dtype, shape=shape, records=n,
+                     tokens_per_record=tokens,
                      batch=batch, side_torch_threads=1, environment=env,
                      contended=max(env["load_average"][0], env["load_average_at_start"][0])
                      > (os.cpu_count() or 1) / 2)  # fmt: skip
