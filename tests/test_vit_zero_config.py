@@ -331,7 +331,7 @@ class TimmShaped(nn.Module):
     a side venv (tests/test_timm.py); this mimic keeps the names checked in the main
     suite."""
 
-    def __init__(self, d: int = 16, regs: int = 2) -> None:
+    def __init__(self, d: int = 16, regs: int = 2, sequential: bool = False) -> None:
         super().__init__()
         self.patch_embed = nn.Module()
         self.patch_embed.patch_size = (8, 8)
@@ -340,8 +340,9 @@ class TimmShaped(nn.Module):
         self.reg_token = nn.Parameter(torch.randn(1, regs, d))
         self.pos_embed = nn.Parameter(torch.randn(1, 16, d))
         self.num_prefix_tokens = 1 + regs
-        self.blocks = nn.ModuleList([nn.TransformerEncoderLayer(d, 2, 32, batch_first=True)
-                                     for _ in range(2)])  # fmt: skip
+        # timm itself keeps its blocks in an nn.Sequential (``sequential``)
+        blocks = [nn.TransformerEncoderLayer(d, 2, 32, batch_first=True) for _ in range(2)]
+        self.blocks = nn.Sequential(*blocks) if sequential else nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(d)
 
     def forward(self, x):
@@ -368,6 +369,40 @@ def test_a_timm_shaped_vit_reads_patches_after_its_prefix_tokens():
     h.remove()
     assert float((got["blocks.1"] - seen["b"][:, 3:]).abs().max()) <= 1e-6
     assert got["patch_embed.proj"].shape == (4, 16, 16)
+
+
+def test_stop_at_layer_counts_a_sequential_of_blocks_and_ends_the_pass_there():
+    torch.manual_seed(0)
+    net = TimmShaped(sequential=True).eval()
+    m = dl.Model.from_hf(net, name="seqblocks")
+    assert m.positional_layers() == ["blocks.0", "blocks.1"]
+    images = IMAGES[:4]
+    ran = []
+    hooks = [b.register_forward_hook(lambda mod, i, o, k=k: ran.append(k))
+             for k, b in enumerate(net.blocks)]  # fmt: skip
+    try:
+        full = dl.activations(m, images, names=["blocks.0"])  # proves the layout too
+        assert set(ran) == {0, 1}
+        ran.clear()
+        got = dl.activations(m, images, names=["blocks.0"], stop_at_layer=0)
+        assert ran and set(ran) == {0}  # block 1 never ran
+    finally:
+        for h in hooks:
+            h.remove()
+    assert torch.equal(got["blocks.0"], full["blocks.0"])
+    with pytest.raises(dl.LayerError, match="read after block 0"):
+        dl.activations(m, images, names=["blocks.1"], stop_at_layer=0)
+    assert not any(b._forward_hooks or b._forward_pre_hooks for b in net.modules())
+    assert "forward" not in vars(m)
+
+
+def test_a_model_that_is_one_sequential_has_no_block_list_to_stop_in():
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    m = dl.Model(net, encode=lambda rs: torch.tensor(np.stack(rs), dtype=torch.float32),
+                 name="seq")  # fmt: skip
+    records = [np.ones(4, dtype=np.float32)] * 3
+    with pytest.raises(dl.DNIError, match="no list of blocks"):
+        dl.activations(m, records, names=["0"], stop_at_layer=0)
 
 
 def test_inspect_asks_levels_and_layouts_in_one_error_before_any_block():
